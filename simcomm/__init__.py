@@ -1,0 +1,11 @@
+"""simcomm: a discrete-event simulator of message passing for distributed deep learning."""
+from .dist.tensors import SizeOnly, size_only
+from .errors import AlgorithmError, DeadlockError, DistError, MismatchError, RankFailed, SimcommError
+from .hardware import Cluster, build_cluster, list_presets
+from .launch import SpawnResult, spawn
+
+__version__ = "0.1.0"
+
+__all__ = ["AlgorithmError", "Cluster", "DeadlockError", "DistError", "MismatchError", "RankFailed",
+           "SimcommError", "SizeOnly", "SpawnResult", "__version__", "build_cluster", "list_presets", "size_only",
+           "spawn"]

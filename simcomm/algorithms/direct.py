@@ -1,0 +1,113 @@
+"""Direct (one step, everyone to everyone or to/from the root), pairwise, binomial-tree and dissemination plans."""
+from __future__ import annotations
+
+import numpy as np
+
+from .plan import Buffers, Collective, step
+from .reduce_ops import combine
+
+
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    src, dst = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    off = src != dst
+    return src[off], dst[off]
+
+
+def direct_gather(coll: Collective, buf: Buffers):
+    """Every rank sends its block to the root at once. Rows (n, n*count); block i of the root's row is rank i's."""
+    n, root = coll.n, coll.root
+    others = np.array([i for i in range(n) if i != root], dtype=np.int64)
+    yield step(others, np.full(len(others), root), coll.count * coll.itemsize, label="gather")
+    if buf.live:
+        w = buf.rows.reshape(n, n, coll.count)
+        w[root, others] = w[others, others]
+
+
+def direct_scatter(coll: Collective, buf: Buffers):
+    """The root sends block i to rank i at once."""
+    n, root = coll.n, coll.root
+    others = np.array([i for i in range(n) if i != root], dtype=np.int64)
+    yield step(np.full(len(others), root), others, coll.count * coll.itemsize, label="scatter")
+    if buf.live:
+        w = buf.rows.reshape(n, n, coll.count)
+        w[others, others] = w[root, others]
+
+
+def direct_all_gather(coll: Collective, buf: Buffers):
+    """Every rank sends its block to every other rank in one step: n(n-1) flows."""
+    n = coll.n
+    src, dst = _pairs(n)
+    yield step(src, dst, coll.count * coll.itemsize, label="all-gather")
+    if buf.live:
+        w = buf.rows.reshape(n, n, coll.count)
+        w[dst, src] = w[src, src]
+
+
+def direct_reduce_scatter(coll: Collective, buf: Buffers):
+    """Every rank sends block j to rank j, which reduces the n inputs in rank order."""
+    n = coll.n
+    src, dst = _pairs(n)
+    yield step(src, dst, coll.count * coll.itemsize, reduce=True, label="reduce-scatter")
+    if buf.live:
+        w = buf.rows.reshape(n, n, coll.count)
+        r = np.arange(n)
+        acc = w[0, r].copy()  # block j as held by rank 0, for every j
+        for i in range(1, n):
+            acc = combine(buf.op, acc, w[i, r])
+        w[r, r] = acc
+
+
+def pairwise_all_to_all(coll: Collective, buf: Buffers):
+    """n-1 steps; at step s rank r sends its block for (r+s) mod n. Uneven splits are honoured."""
+    n = coll.n
+    r = np.arange(n)
+    splits = coll.splits if coll.splits is not None else np.full((n, n), coll.count)
+    for s in range(1, n):
+        peer = (r + s) % n
+        yield step(r, peer, splits[r, peer] * coll.itemsize, label=f"all-to-all {s}/{n - 1}")
+    if buf.live:
+        blocks_in, blocks_out = buf.rows
+        for i in range(n):
+            for j in range(n):
+                out = blocks_out[j][i]
+                out[...] = np.asarray(blocks_in[i][j]).reshape(out.shape)
+
+
+def binomial_broadcast(coll: Collective, buf: Buffers):
+    """ceil(log2 n) steps; in step k every rank that has the data sends it 2^k further."""
+    n = coll.n
+    k = 1
+    while k < n:
+        rel = np.arange(min(k, n - k))
+        src, dst = (rel + coll.root) % n, (rel + k + coll.root) % n
+        yield step(src, dst, coll.count * coll.itemsize, label=f"broadcast x{k}")
+        if buf.live:
+            buf.rows[dst] = buf.rows[src]
+        k *= 2
+
+
+def binomial_reduce(coll: Collective, buf: Buffers):
+    """ceil(log2 n) steps toward the root; the root's row ends reduced, other rows keep partial results."""
+    n = coll.n
+    rows = buf.rows.copy() if buf.live else None
+    k = 1
+    while k < n:
+        rel = np.arange(0, n, 2 * k)
+        rel = rel[rel + k < n]
+        dst, src = (rel + coll.root) % n, (rel + k + coll.root) % n
+        yield step(src, dst, coll.count * coll.itemsize, reduce=True, label=f"reduce x{k}")
+        if rows is not None:
+            rows[dst] = combine(buf.op, rows[dst], rows[src])
+        k *= 2
+    if rows is not None:
+        buf.rows[coll.root] = rows[coll.root]
+
+
+def dissemination_barrier(coll: Collective, buf: Buffers):
+    """ceil(log2 n) rounds of empty messages to rank + 2^k: nobody leaves before everyone has arrived."""
+    n = coll.n
+    r = np.arange(n)
+    k = 1
+    while k < n:
+        yield step(r, (r + k) % n, 0, label=f"barrier round x{k}")
+        k *= 2

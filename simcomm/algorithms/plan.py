@@ -1,0 +1,99 @@
+"""A collective as a plan: a generator that yields steps of transfers and, between steps, moves the real data.
+
+One lowering path: the executor times each yielded step on the engine, then resumes the plan, which applies the
+same step to the numpy buffers (when there are any). Timing and numerics cannot disagree about what happened.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .reduce_ops import ReduceOp, combine
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter", "all_to_all",
+         "barrier", "sendrecv")
+
+
+@dataclass
+class Step:
+    """Flows src[i] -> dst[i] (group ranks) of nbytes[i]; `reduce` marks that each dst reduces what it receives."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    reduce: bool = False
+    label: str = ""
+    # Explicit link paths instead of rank-to-rank routes (in-switch reduction goes GPU -> switch -> GPU).
+    routes: np.ndarray | None = None
+    # Ranks that only reduce locally this step (no transfer), with the bytes they reduce.
+    local_reduce: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def step(src, dst, nbytes, reduce: bool = False, label: str = "") -> Step:
+    src = np.asarray(src, dtype=np.int64).ravel()
+    dst = np.asarray(dst, dtype=np.int64).ravel()
+    nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
+    return Step(src, dst, nb, reduce, label)
+
+
+@dataclass
+class Collective:
+    """A group-level collective request: what, over which ranks, how big.
+
+    `count` is elements per rank: the whole tensor for all_reduce, broadcast and reduce; one shard (the output
+    of reduce_scatter/scatter, the input of all_gather/gather) otherwise; for all_to_all the per-peer block, or
+    `splits[i][j]` elements from group rank i to j when uneven.
+    """
+
+    kind: str
+    ranks: np.ndarray
+    count: int
+    dtype: np.dtype = field(default_factory=lambda: np.dtype("float32"))
+    op: ReduceOp = field(default_factory=lambda: ReduceOp.SUM)
+    root: int = 0
+    splits: np.ndarray | None = None
+
+    def __post_init__(self):
+        self.ranks = np.asarray(self.ranks, dtype=np.int64)
+        self.dtype = np.dtype(self.dtype)
+
+    @property
+    def n(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """nccl-tests' S: the size that algbw divides (count*typesize, times n for gather-like collectives)."""
+        if self.kind in ("all_gather", "reduce_scatter", "gather", "scatter", "all_to_all"):
+            if self.splits is not None:
+                return int(self.splits.sum(axis=1).max()) * self.itemsize
+            return self.count * self.n * self.itemsize
+        return self.count * self.itemsize
+
+
+class Buffers:
+    """The data a plan works on: one row per group rank, or nothing for size-only runs.
+
+    `reducer` is the operator; premultiplied inputs and the final AVG division are handled by the caller.
+    """
+
+    def __init__(self, rows: np.ndarray | None, op: ReduceOp):
+        self.rows = rows
+        self.op = op
+
+    @property
+    def live(self) -> bool:
+        return self.rows is not None
+
+    def reduce_into(self, dst_idx, src_values) -> None:
+        """rows[dst_idx] = rows[dst_idx] (op) src_values, where dst_idx is a numpy index expression."""
+        self.rows[dst_idx] = combine(self.op, self.rows[dst_idx], src_values)
+
+
+Plan = Callable[[Collective, Buffers], Iterator[Step]]

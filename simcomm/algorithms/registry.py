@@ -1,0 +1,83 @@
+"""Which plans exist for which collective, and one entry point that runs a collective on a simulation."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from ..errors import AlgorithmError
+from . import direct, ring
+from .executor import execute
+from .plan import KINDS, Buffers, Collective
+from .protocols import protocol as make_protocol
+from .reduce_ops import check_op, finish, prepare
+
+ALGORITHMS: dict[str, dict[str, object]] = {
+    "all_reduce": {"ring": ring.ring_all_reduce},
+    "reduce_scatter": {"ring": ring.ring_reduce_scatter, "direct": direct.direct_reduce_scatter},
+    "all_gather": {"ring": ring.ring_all_gather, "direct": direct.direct_all_gather},
+    "broadcast": {"ring": ring.chain_broadcast, "tree": direct.binomial_broadcast},
+    "reduce": {"ring": ring.chain_reduce, "tree": direct.binomial_reduce},
+    "gather": {"direct": direct.direct_gather},
+    "scatter": {"direct": direct.direct_scatter},
+    "all_to_all": {"direct": direct.pairwise_all_to_all},
+    "barrier": {"dissemination": direct.dissemination_barrier},
+    "sendrecv": {},
+}
+# Protocol latency table each algorithm uses (NCCL has ring and tree tables; NVLS its own).
+FAMILY = {"tree": "tree", "nvls": "nvls"}
+
+
+def register(kind: str, name: str, plan) -> None:
+    """Add an algorithm for a collective kind (used by the algorithm modules)."""
+    ALGORITHMS[kind][name] = plan
+
+
+@dataclass(frozen=True)
+class Choice:
+    algorithm: str
+    protocol: str
+    predicted: float | None = None  # seconds, from the tuner's model, when the tuner chose
+
+
+def algorithms_for(kind: str) -> list[str]:
+    if kind not in ALGORITHMS:
+        raise AlgorithmError(f"unknown collective {kind!r}; expected one of {', '.join(KINDS)}")
+    return sorted(ALGORITHMS[kind])
+
+
+def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = None, algorithm: str | None = None,
+                   protocol: str | None = None, numerics: str = "nccl", label: str | None = None):
+    """Start `coll` on `sim` now; returns (simpy process, buffers, Choice).
+
+    rows: the group's data (one row per group rank, layout per collective, see Collective) or None for
+    size-only. numerics: "nccl" (each algorithm's natural order, float AVG pre-multiplied) or "gloo" (gloo's
+    ring order for all_reduce, AVG = sum then divide, no PREMUL_SUM).
+    """
+    if numerics not in ("nccl", "gloo"):
+        raise AlgorithmError(f"numerics must be 'nccl' or 'gloo', got {numerics!r}")
+    if coll.kind in ("all_reduce", "reduce_scatter", "reduce"):
+        check_op(coll.op, coll.dtype, "gloo" if numerics == "gloo" else "nccl")
+    from .tuner import choose  # the tuner reads the registry, so import late
+    choice = choose(sim.cluster, coll, algorithm, protocol)
+    plans = ALGORITHMS[coll.kind]
+    plan = plans[choice.algorithm]
+    if coll.kind == "all_reduce" and choice.algorithm == "ring" and numerics == "gloo":
+        plan = partial(ring.ring_all_reduce, direction=-1)
+    buf = rows if isinstance(rows, Buffers) else Buffers(rows, coll.op)
+    premul = numerics == "nccl"
+    reducing = coll.kind in ("all_reduce", "reduce_scatter", "reduce")
+    if buf.live and reducing:
+        buf.rows[...] = prepare(coll.op, buf.rows, coll.n, premul)
+    family = FAMILY.get(choice.algorithm, "ring")
+    proto = make_protocol(choice.protocol, family, sim.cluster.device.kind)
+    name = label or f"{coll.kind}:{choice.algorithm}:{proto.name}"
+
+    def body():
+        end = yield from execute(sim, coll, plan, buf, proto, name)
+        if buf.live and reducing:
+            buf.rows[...] = finish(coll.op, buf.rows, coll.n, premul)
+        return end
+
+    return sim.env.process(body()), buf, choice

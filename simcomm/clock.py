@@ -1,0 +1,28 @@
+"""Simulated time for rank programs: `from simcomm import clock as time` makes time.sleep/time.time simulated."""
+from __future__ import annotations
+
+from .dist.runtime import current
+
+
+def time() -> float:
+    """The simulated time in seconds."""
+    return current()[0].env.now
+
+
+perf_counter = monotonic = time
+
+
+def sleep(seconds: float) -> None:
+    """Let simulated time pass for the calling rank (other ranks run meanwhile)."""
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")
+    rt, me = current()
+    rt.wait(me, rt.env.timeout(seconds), f"sleep({seconds:g} s)")
+
+
+def compute(flops: float = 0.0, seconds: float = 0.0, label: str = "compute") -> None:
+    """Occupy this rank's device with work: `flops` at the device's rate, plus `seconds` of fixed time."""
+    rt, me = current()
+    sim = rt.sim
+    end = sim.compute.use([me], flops + seconds * sim.compute.rate, sim.now, label)[0]
+    rt.wait(me, sim.at(end), f"{label}({flops:g} flop)")

@@ -1,0 +1,44 @@
+"""A Simulation ties together the clock (simpy), the network, the per-device queues and the recorder."""
+from __future__ import annotations
+
+import simpy
+
+from .network import FlowNetwork
+from .resources import DeviceQueue
+from .trace import Recorder
+
+
+class CountingEnvironment(simpy.Environment):
+    """A simpy Environment that counts the events it schedules (the simulator's own cost measure)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scheduled = 0
+
+    def schedule(self, event, priority=1, delay=0):
+        self.scheduled += 1
+        super().schedule(event, priority, delay)
+
+
+class Simulation:
+    """One simulated run on one cluster."""
+
+    def __init__(self, cluster, detail: str = "flows"):
+        self.cluster = cluster
+        self.env = CountingEnvironment()
+        self.recorder = Recorder(cluster, detail)
+        self.network = FlowNetwork(self.env, cluster, self.recorder)
+        dev = cluster.device
+        self.memory = DeviceQueue("hbm", cluster.num_ranks, dev.memory_bandwidth, self.recorder)
+        self.compute = DeviceQueue("compute", cluster.num_ranks, dev.compute_rate, self.recorder)
+
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    def at(self, when: float) -> simpy.Event:
+        """An event that fires at absolute time `when` (now if that has passed)."""
+        return self.env.timeout(max(when - self.env.now, 0.0))
+
+    def stats(self) -> dict:
+        return {"events": self.env.scheduled, **self.network.stats, "recorded_flows": self.recorder.flow_count}

@@ -1,0 +1,35 @@
+"""Errors a simulated program can hit; each message names the ranks involved and what they were doing."""
+
+
+class SimcommError(Exception):
+    """Base of simcomm's user-facing errors (the CLI prints these without a traceback)."""
+
+
+class DistError(SimcommError, ValueError):
+    """Invalid use of the distributed API (bad rank, bad argument), mirroring torch.distributed's ValueErrors."""
+
+
+class DeadlockError(SimcommError):
+    """Ranks wait on each other and nothing in flight can wake them. `waiting` maps rank -> what it waits for."""
+
+    def __init__(self, message: str, waiting: dict[int, str]):
+        super().__init__(message)
+        self.waiting = waiting
+
+
+class MismatchError(SimcommError):
+    """Ranks disagree about a communication: different collectives, shapes, dtypes, ops or roots, or a
+    send whose size or dtype differs from its recv."""
+
+
+class RankFailed(SimcommError):
+    """A rank's program raised; the original exception is chained as __cause__."""
+
+    def __init__(self, rank: int, exc: BaseException):
+        super().__init__(f"rank {rank} raised {type(exc).__name__}: {exc}")
+        self.rank = rank
+        self.original = exc
+
+
+class AlgorithmError(SimcommError, ValueError):
+    """A collective cannot run as asked: unsupported op/dtype, unknown algorithm or protocol, bad sizes."""

@@ -1,0 +1,275 @@
+"""A cluster: N copies of a node template joined by a fabric, with deterministic routing between ranks.
+
+Links are numbered so the engine can keep per-link state in numpy arrays:
+node k's template link j is `k * L + j`; NIC i of node k has an uplink `P + 2*(k*nics + i)` and a downlink one
+above it; fabric link j is `F + j`. Routes are computed hierarchically (inside the node from the template, across
+the fabric by breadth-first search between switches), so a 16,384-GPU cluster never needs all-pairs paths.
+"""
+from __future__ import annotations
+
+from collections import deque
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+
+from .model import ENDPOINT_KINDS, Fabric, HardwareError, NodeTemplate
+
+
+def _template_paths(t: NodeTemplate) -> tuple[dict, dict, dict]:
+    """Shortest (by latency, then hops) local paths as tuples of template link indices.
+
+    Returns (endpoint->endpoint, endpoint->its NIC, its NIC->endpoint). Endpoints never carry transit traffic.
+    """
+    g = nx.DiGraph()
+    for j, link in enumerate(t.links):
+        # A tiny per-hop term breaks latency ties in favour of fewer hops.
+        g.add_edge(link.src, link.dst, index=j, weight=link.latency + 1e-12)
+    endpoints = set(t.endpoints)
+
+    def path(a: str, b: str) -> tuple[int, ...]:
+        allowed = [v for v in g.nodes if v not in endpoints or v in (a, b)]
+        try:
+            vertices = nx.dijkstra_path(g.subgraph(allowed), a, b, weight="weight")
+        except (nx.NetworkXNoPath, nx.NodeNotFound):
+            raise HardwareError(f"{t.name}: no path from {a} to {b} inside a node") from None
+        return tuple(g.edges[u, v]["index"] for u, v in zip(vertices, vertices[1:]))
+
+    pairs = {(i, j): path(a, b) for i, a in enumerate(t.endpoints) for j, b in enumerate(t.endpoints) if i != j}
+    to_nic, from_nic = {}, {}
+    for i, e in enumerate(t.endpoints):
+        if t.nics:
+            nic = t.nics[t.endpoint_nic[i]]
+            to_nic[i], from_nic[i] = path(e, nic), path(nic, e)
+    return pairs, to_nic, from_nic
+
+
+class Cluster:
+    """N nodes of one template and the fabric between them; ranks are numbered node-major."""
+
+    def __init__(self, name: str, template: NodeTemplate, num_nodes: int, fabric: Fabric | None = None):
+        if num_nodes < 1:
+            raise HardwareError(f"{name}: a cluster needs at least one node, got {num_nodes}")
+        if num_nodes > 1 and (fabric is None or not template.nics):
+            raise HardwareError(f"{name}: {num_nodes} nodes need NICs on the node and a fabric between them")
+        self.name = name
+        self.template = template
+        self.num_nodes = num_nodes
+        self.fabric = fabric if num_nodes > 1 else None
+        self.ranks_per_node = len(template.endpoints)
+        self.num_ranks = num_nodes * self.ranks_per_node
+        self.device = template.device
+        self._local_paths, self._to_nic, self._from_nic = _template_paths(template)
+
+        per_node = len(template.links)
+        nics = len(template.nics) if self.fabric else 0
+        self._port_base = num_nodes * per_node
+        self._fabric_base = self._port_base + 2 * num_nodes * nics
+        fabric_links = self.fabric.links if self.fabric else ()
+        caps = [link.bandwidth for link in template.links] * num_nodes
+        lats = [link.latency for link in template.links] * num_nodes
+        kinds = [link.kind for link in template.links] * num_nodes
+        caps += [template.nic_bandwidth] * (2 * num_nodes * nics)
+        lats += [template.nic_latency] * (2 * num_nodes * nics)
+        kinds += ["net"] * (2 * num_nodes * nics)
+        caps += [link.bandwidth for link in fabric_links]
+        lats += [link.latency for link in fabric_links]
+        kinds += [link.kind for link in fabric_links]
+        self.link_capacity = np.asarray(caps, dtype=np.float64)
+        self.link_latency = np.asarray(lats, dtype=np.float64)
+        self.link_kind = tuple(kinds)
+        self.num_links = len(caps)
+
+        self._adjacency: dict[str, list[tuple[str, int]]] = {}
+        if self.fabric:
+            known = set(self.fabric.switches)
+            for j, link in enumerate(fabric_links):
+                if link.src not in known or link.dst not in known:
+                    raise HardwareError(f"{name}: fabric link {link.src}->{link.dst} names an unknown switch")
+                self._adjacency.setdefault(link.src, []).append((link.dst, self._fabric_base + j))
+            for nbrs in self._adjacency.values():
+                nbrs.sort()
+        self._distances: dict[str, dict[str, int]] = {}
+        self._next_hops: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        self._route_of: dict[tuple[int, int], int] = {}
+        self.route_links: list[np.ndarray] = []
+        self.route_latency: list[float] = []
+
+    # ---- ranks -------------------------------------------------------------------------------------------
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+    def local_rank(self, rank: int) -> int:
+        return rank % self.ranks_per_node
+
+    def check_rank(self, rank: int) -> None:
+        if not 0 <= rank < self.num_ranks:
+            raise HardwareError(f"rank {rank} is out of range: {self.name} has ranks 0 to {self.num_ranks - 1}")
+
+    # ---- routing -----------------------------------------------------------------------------------------
+    def route_id(self, src: int, dst: int) -> int:
+        """Interned id of the route from rank src to rank dst (see route_links / route_latency)."""
+        key = (src, dst)
+        rid = self._route_of.get(key)
+        if rid is None:
+            links = np.asarray(self._compute_route(src, dst), dtype=np.int64)
+            rid = len(self.route_links)
+            self.route_links.append(links)
+            self.route_latency.append(float(self.link_latency[links].sum()) if len(links) else 0.0)
+            self._route_of[key] = rid
+        return rid
+
+    def route_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Route ids for arrays of source and destination ranks."""
+        return np.fromiter((self.route_id(int(s), int(d)) for s, d in zip(src, dst)), dtype=np.int64,
+                           count=len(src))
+
+    def route(self, src: int, dst: int) -> np.ndarray:
+        """Link ids crossed going from rank src to rank dst, in order."""
+        return self.route_links[self.route_id(src, dst)]
+
+    def _compute_route(self, src: int, dst: int) -> list[int]:
+        self.check_rank(src)
+        self.check_rank(dst)
+        if src == dst:
+            return []
+        per_node = len(self.template.links)
+        sn, sl = divmod(src, self.ranks_per_node)
+        dn, dl = divmod(dst, self.ranks_per_node)
+        if sn == dn:
+            return [sn * per_node + j for j in self._local_paths[(sl, dl)]]
+        t = self.template
+        s_nic, d_nic = t.endpoint_nic[sl], t.endpoint_nic[dl]
+        nics = len(t.nics)
+        up = self._port_base + 2 * (sn * nics + s_nic)
+        down = self._port_base + 2 * (dn * nics + d_nic) + 1
+        a, b = self.fabric.attach(sn, s_nic), self.fabric.attach(dn, d_nic)
+        middle = self._fabric_path(a, b, salt=src * 1_000_003 + dst)
+        return ([sn * per_node + j for j in self._to_nic[sl]] + [up] + middle + [down]
+                + [dn * per_node + j for j in self._from_nic[dl]])
+
+    def _fabric_path(self, a: str, b: str, salt: int) -> list[int]:
+        """Fewest-hop switch path; among equal choices a fixed hash of the flow picks one (ECMP)."""
+        if a == b:
+            return []
+        dist = self._distances.get(b)
+        if dist is None:
+            dist = self._distances[b] = self._bfs_to(b)
+        if a not in dist:
+            raise HardwareError(f"{self.name}: no fabric path from switch {a} to switch {b}")
+        path, here, hop = [], a, 0
+        while here != b:
+            nxt = self._next_hops.get((here, b))
+            if nxt is None:  # cached: a spine has one neighbour per leaf, so scanning per route is costly
+                nxt = [(v, j) for v, j in self._adjacency[here] if dist.get(v, -1) == dist[here] - 1]
+                self._next_hops[(here, b)] = nxt
+            v, j = nxt[(salt * 2654435761 + hop * 40503) % (1 << 31) % len(nxt)]
+            path.append(j)
+            here, hop = v, hop + 1
+        return path
+
+    @cached_property
+    def _reverse_adjacency(self) -> dict[str, list[str]]:
+        # Built once: rebuilding it per BFS target made routing on large fabrics quadratic.
+        reverse: dict[str, list[str]] = {}
+        for u, nbrs in self._adjacency.items():
+            for v, _ in nbrs:
+                reverse.setdefault(v, []).append(u)
+        return reverse
+
+    def _bfs_to(self, target: str) -> dict[str, int]:
+        reverse = self._reverse_adjacency
+        dist, queue = {target: 0}, deque([target])
+        while queue:
+            v = queue.popleft()
+            for u in reverse.get(v, ()):
+                if u not in dist:
+                    dist[u] = dist[v] + 1
+                    queue.append(u)
+        return dist
+
+    # ---- names and summaries -----------------------------------------------------------------------------
+    def link_name(self, link: int) -> str:
+        per_node = len(self.template.links)
+        if link < self._port_base:
+            node, j = divmod(link, per_node)
+            spec = self.template.links[j]
+            return f"n{node}.{spec.src}->n{node}.{spec.dst}"
+        if link < self._fabric_base:
+            port, direction = divmod(link - self._port_base, 2)
+            node, nic = divmod(port, len(self.template.nics))
+            sw = self.fabric.attach(node, nic)
+            name = f"n{node}.{self.template.nics[nic]}"
+            return f"{name}->{sw}" if direction == 0 else f"{sw}->{name}"
+        spec = self.fabric.links[link - self._fabric_base]
+        return f"{spec.src}->{spec.dst}"
+
+    def rank_name(self, rank: int) -> str:
+        return f"n{self.node_of(rank)}.{self.template.endpoints[self.local_rank(rank)]}"
+
+    def bottleneck(self, src: int, dst: int) -> tuple[float, float]:
+        """(bandwidth, latency) of the uncontended route from src to dst."""
+        rid = self.route_id(src, dst)
+        links = self.route_links[rid]
+        return float(self.link_capacity[links].min()), self.route_latency[rid]
+
+    @cached_property
+    def intra_node(self) -> tuple[float, float, str]:
+        """(bandwidth, latency, link kind) between local ranks 0 and 1: NVLink, PCIe or loopback."""
+        if self.ranks_per_node < 2:
+            return 0.0, 0.0, "none"
+        bw, lat = self.bottleneck(0, 1)
+        kinds = {self.link_kind[j] for j in self.route(0, 1)}
+        kind = "nvlink" if "nvlink" in kinds else ("pcie" if "pcie" in kinds else sorted(kinds)[0])
+        return bw, lat, kind
+
+    @cached_property
+    def inter_node(self) -> tuple[float, float]:
+        """(bandwidth, latency) of the route from rank 0 to the first rank of the last node."""
+        if self.num_nodes < 2:
+            return 0.0, 0.0
+        return self.bottleneck(0, (self.num_nodes - 1) * self.ranks_per_node)
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The whole cluster as a networkx graph (built on first use; large clusters make large graphs)."""
+        g = nx.DiGraph()
+        t = self.template
+        for k in range(self.num_nodes):
+            for v, kind in t.vertices.items():
+                g.add_node(f"n{k}.{v}", kind=kind, node=k)
+            for spec in t.links:
+                g.add_edge(f"n{k}.{spec.src}", f"n{k}.{spec.dst}", bandwidth=spec.bandwidth,
+                           latency=spec.latency, kind=spec.kind)
+        if self.fabric:
+            for s in self.fabric.switches:
+                g.add_node(s, kind="switch", node=-1)
+            for spec in self.fabric.links:
+                g.add_edge(spec.src, spec.dst, bandwidth=spec.bandwidth, latency=spec.latency, kind=spec.kind)
+            for k in range(self.num_nodes):
+                for i, nic in enumerate(t.nics):
+                    sw = self.fabric.attach(k, i)
+                    for a, b in ((f"n{k}.{nic}", sw), (sw, f"n{k}.{nic}")):
+                        g.add_edge(a, b, bandwidth=t.nic_bandwidth, latency=t.nic_latency, kind="net")
+        return g
+
+    def describe(self) -> dict:
+        """A summary fit for `simcomm presets` and reports."""
+        d = self.device
+        intra_bw, intra_lat, intra_kind = self.intra_node
+        inter_bw, inter_lat = self.inter_node
+        return {
+            "name": self.name, "template": self.template.name, "description": self.template.description,
+            "nodes": self.num_nodes, "ranks_per_node": self.ranks_per_node, "ranks": self.num_ranks,
+            "device": d.name, "device_kind": d.kind, "memory_bandwidth": d.memory_bandwidth,
+            "memory_capacity": d.memory_capacity, "compute_rate": d.compute_rate,
+            "intra_node": {"kind": intra_kind, "bandwidth": intra_bw, "latency": intra_lat},
+            "inter_node": {"bandwidth": inter_bw, "latency": inter_lat,
+                           "fabric": self.fabric.kind if self.fabric else "none",
+                           "nics_per_node": len(self.template.nics)},
+            "nvls": self.template.nvls, "links": self.num_links, "sources": list(self.template.sources),
+        }
+
+
+def is_endpoint(kind: str) -> bool:
+    return kind in ENDPOINT_KINDS

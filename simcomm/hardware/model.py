@@ -1,0 +1,107 @@
+"""Plain data that describes hardware: devices, links, one node's layout, and the fabric between nodes.
+
+Units inside are SI: bytes, bytes/second, seconds, flop/second. Presets build these; `Cluster` replicates a
+`NodeTemplate` over N nodes, joins them with a `Fabric`, and routes between ranks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Vertex kinds. Endpoints (ranks) are "gpu" or "cpu"; everything else may be crossed by a route.
+ENDPOINT_KINDS = ("gpu", "cpu")
+VERTEX_KINDS = ENDPOINT_KINDS + ("nvswitch", "pcie_switch", "host_bridge", "nic", "switch", "loopback")
+LINK_KINDS = ("nvlink", "pcie", "net", "loopback", "inter_socket")
+
+
+class HardwareError(ValueError):
+    """A hardware description is inconsistent (unknown vertex, missing link, bad figure)."""
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One rank's device: a GPU, or a CPU process on a host (gloo-style)."""
+
+    name: str
+    kind: str  # "gpu" or "cpu"
+    memory_bandwidth: float  # HBM (or DRAM) bytes/s, as a device-to-device copy would see it
+    memory_capacity: int  # bytes
+    compute_rate: float  # flop/s (dense bf16 for GPUs)
+    # NCCL fuses the reduction into the transfer kernel, so reduction time overlaps the transfer; gloo on a CPU
+    # receives first and reduces after.
+    fused_reduction: bool = True
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A directed link between two vertices of one node (or of the fabric)."""
+
+    src: str
+    dst: str
+    bandwidth: float  # bytes/s
+    latency: float  # seconds
+    kind: str  # one of LINK_KINDS
+
+
+def duplex(a: str, b: str, bandwidth: float, latency: float, kind: str) -> list[LinkSpec]:
+    """Both directions of a full-duplex link, each with the full per-direction bandwidth."""
+    return [LinkSpec(a, b, bandwidth, latency, kind), LinkSpec(b, a, bandwidth, latency, kind)]
+
+
+@dataclass(frozen=True)
+class NodeTemplate:
+    """One node's layout; every node of a cluster is a copy of it.
+
+    `endpoints` are the rank vertices in local-rank order; `nics` are the NIC vertices in rail order;
+    `endpoint_nic[i]` is the NIC that local rank i uses to leave the node (its rail).
+    """
+
+    name: str
+    description: str
+    device: DeviceSpec
+    vertices: dict[str, str]  # vertex name -> kind
+    endpoints: tuple[str, ...]
+    links: tuple[LinkSpec, ...]
+    nics: tuple[str, ...] = ()
+    endpoint_nic: tuple[int, ...] = ()
+    nic_bandwidth: float = 0.0  # NIC <-> fabric port, bytes/s per direction
+    nic_latency: float = 0.0
+    nvls: bool = False  # NVSwitch can reduce in the switch (NVLink SHARP)
+    sources: tuple[str, ...] = ()  # where the figures come from
+
+    def __post_init__(self) -> None:
+        for v, kind in self.vertices.items():
+            if kind not in VERTEX_KINDS:
+                raise HardwareError(f"{self.name}: vertex {v!r} has unknown kind {kind!r}; expected {VERTEX_KINDS}")
+        for e in self.endpoints:
+            if self.vertices.get(e) not in ENDPOINT_KINDS:
+                raise HardwareError(f"{self.name}: endpoint {e!r} must be a gpu or cpu vertex")
+        for link in self.links:
+            for v in (link.src, link.dst):
+                if v not in self.vertices:
+                    raise HardwareError(f"{self.name}: link {link.src}->{link.dst} names unknown vertex {v!r}")
+            if link.bandwidth <= 0 or link.latency < 0:
+                raise HardwareError(f"{self.name}: link {link.src}->{link.dst} needs bandwidth > 0, latency >= 0")
+            if link.kind not in LINK_KINDS:
+                raise HardwareError(f"{self.name}: link {link.src}->{link.dst} has unknown kind {link.kind!r}")
+        for n in self.nics:
+            if self.vertices.get(n) != "nic":
+                raise HardwareError(f"{self.name}: {n!r} listed as a NIC but is not a nic vertex")
+        if self.nics and len(self.endpoint_nic) != len(self.endpoints):
+            raise HardwareError(f"{self.name}: endpoint_nic needs one NIC index per endpoint")
+        if any(not 0 <= i < len(self.nics) for i in self.endpoint_nic):
+            raise HardwareError(f"{self.name}: endpoint_nic refers to a NIC that does not exist")
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Switches joining the nodes' NICs.
+
+    `attach(node, nic)` names the switch that NIC `nic` of node `node` plugs into. `links` join switches.
+    """
+
+    kind: str  # "none", "fat-tree", "rail-optimised", "switch"
+    description: str
+    switches: tuple[str, ...]
+    links: tuple[LinkSpec, ...]
+    attach: Callable[[int, int], str] = field(compare=False)

@@ -1,0 +1,244 @@
+"""Node templates for common machines, the preset registry, and `build_cluster`.
+
+Link bandwidths are the EFFECTIVE per-direction rates NCCL's cost model uses (src/graph/tuning.cc), so simulated
+busbw lines up with nccl-tests; line rates are quoted in the descriptions. Latencies are hardware-only estimates:
+protocol software overheads are added by the backends. Source for every figure unless noted:
+/work/shared/reference/collective-cost-models.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .cluster import Cluster
+from .fabrics import build_fabric
+from .model import DeviceSpec, HardwareError, LinkSpec, NodeTemplate, duplex
+
+GIB = 1 << 30
+# NCCL tuning.cc per-link NVLink bandwidth: 20.0 GB/s on SM80 (A100), 20.6 GB/s on SM90 (H100/H200).
+NVLINK_LINK_SM80, NVLINK_LINK_SM90 = 20.0e9, 20.6e9
+# NCCL PCIe model width*rate/80: Gen4 x16 -> 24 GB/s, Gen5 x16 -> 48 GB/s (raw ~32 / ~63 GB/s per direction).
+PCIE_GEN4, PCIE_GEN5 = 24e9, 48e9
+# HDR 200 Gb/s: NCCL's Mbps/8000 gives 25 GB/s, ~24 achieved.
+# NDR 400 Gb/s: 50 GB/s line, 46-48 achieved (NCCL maintainers).
+HDR_NIC, NDR_NIC = 24e9, 48e9
+NIC_100G = 12.2e9  # 100 Gb/s NIC, ~12.2 GB/s achieved (NCCL maintainers)
+# Inter-socket fabric (AMD xGMI / Intel UPI): rough estimate, only crossed by traffic that cannot avoid it.
+INTER_SOCKET_BW = 38.4e9
+# Hardware latencies per hop: estimates, not measurements.
+NVLINK_LAT = 0.35e-6  # GPU -> NVSwitch -> GPU = 0.7 us
+PCIE_LAT = 0.5e-6
+HOST_BRIDGE_LAT = 0.5e-6  # PCIe switch <-> root complex, and socket <-> socket
+NIC_LAT = 1.0e-6  # NIC <-> leaf switch port
+# gloo over loopback TCP on one host, per rank and direction (estimates).
+LOOPBACK_BW, LOOPBACK_LAT = 5e9, 15e-6
+
+# memory_bandwidth is what a device-to-device copy sees; compute is dense bf16.
+A100_SXM = DeviceSpec("A100-SXM4-80GB", "gpu", 2.0e12, 80 * GIB, 312e12)  # both nominal: no measured figure
+H100_SXM = DeviceSpec("H100-SXM5-80GB", "gpu", 3.0e12, 80 * GIB, 790e12)  # measured (3.35 TB/s, 989 TF nominal)
+H200_SXM = DeviceSpec("H200-SXM-141GB", "gpu", 4.3e12, 141 * 10**9, 790e12)  # measured (4.8 TB/s nominal)
+A100_PCIE = DeviceSpec("A100-PCIe-40GB", "gpu", 1.5e12, 40 * GIB, 312e12)  # nominal
+CPU_PROC = DeviceSpec("CPU process", "cpu", 10e9, 16 * GIB, 50e9, fused_reduction=False)  # estimates
+
+_REF = "/work/shared/reference/collective-cost-models.md"
+_NCCL = "NCCL src/graph/tuning.cc: NVLink 20.0 (SM80) / 20.6 (SM90) GB/s per link, PCIe width*rate/80"
+
+
+def _sxm_node(name: str, gpu: DeviceSpec, links_per_gpu: int, per_link: float, pcie: float, nic: float,
+              nvls: bool, text: str, nic_text: str) -> NodeTemplate:
+    """8 SXM GPUs on one NVSwitch crossbar; 4 PCIe switches with 2 GPUs + 2 NICs each; two sockets."""
+    gpus, nics = [f"gpu{i}" for i in range(8)], [f"nic{i}" for i in range(8)]
+    vertices = {g: "gpu" for g in gpus} | {"nvswitch": "nvswitch"}
+    vertices |= {f"pcie{k}": "pcie_switch" for k in range(4)}
+    vertices |= {"cpu_root0": "host_bridge", "cpu_root1": "host_bridge"}
+    vertices |= {n: "nic" for n in nics}
+    # NCCL stripes over every NVSwitch chip, so the chips act as one crossbar and each GPU has one aggregate link.
+    links = [s for g in gpus for s in duplex(g, "nvswitch", links_per_gpu * per_link, NVLINK_LAT, "nvlink")]
+    for k in range(4):
+        for i in (2 * k, 2 * k + 1):
+            links += duplex(gpus[i], f"pcie{k}", pcie, PCIE_LAT, "pcie")
+            links += duplex(nics[i], f"pcie{k}", pcie, PCIE_LAT, "pcie")
+        links += duplex(f"pcie{k}", f"cpu_root{k // 2}", pcie, HOST_BRIDGE_LAT, "pcie")
+    links += duplex("cpu_root0", "cpu_root1", INTER_SOCKET_BW, HOST_BRIDGE_LAT, "inter_socket")
+    description = (f"{text}; the NVSwitch chips are modelled as one non-blocking crossbar \"nvswitch\" with one "
+                   f"aggregate {links_per_gpu} x {per_link / 1e9:g} GB/s link per GPU and direction (NCCL stripes "
+                   f"over all chips); {nic_text}, one per GPU (rail i); 4 PCIe switches with 2 GPUs + 2 NICs each")
+    return NodeTemplate(name, description, gpu, vertices, tuple(gpus), tuple(links), tuple(nics), tuple(range(8)),
+                        nic, NIC_LAT, nvls, (_NCCL, _REF, "latencies: estimates"))
+
+
+def dgx_a100() -> NodeTemplate:
+    return _sxm_node("dgx-a100", A100_SXM, 12, NVLINK_LINK_SM80, PCIE_GEN4, HDR_NIC, False,
+                     "DGX A100: 8x A100 SXM4 80GB, NVLink3 12 links/GPU (600 GB/s bidirectional line rate), "
+                     "6 NVSwitches, no NVLink SHARP, PCIe Gen4",
+                     "8x HDR 200 Gb/s NICs (25 GB/s line, 24 effective)")
+
+
+def hgx_h100(gpu: DeviceSpec = H100_SXM, label: str = "hgx-h100") -> NodeTemplate:
+    return _sxm_node(label, gpu, 18, NVLINK_LINK_SM90, PCIE_GEN5, NDR_NIC, True,
+                     f"HGX {gpu.name.split('-')[0]}: 8x {gpu.name}, NVLink4 18 links/GPU (900 GB/s bidirectional, "
+                     "450 per direction line rate), 4 NVSwitches with NVLink SHARP, PCIe Gen5",
+                     "8x NDR 400 Gb/s NICs (50 GB/s line, 48 effective)")
+
+
+def hgx_h200() -> NodeTemplate:
+    return hgx_h100(H200_SXM, "hgx-h200")
+
+
+def pcie_4gpu() -> NodeTemplate:
+    gpus, nics = [f"gpu{i}" for i in range(4)], ["nic0", "nic1"]
+    vertices = {g: "gpu" for g in gpus} | {"pcie0": "pcie_switch", "pcie1": "pcie_switch", "cpu_root0": "host_bridge"}
+    vertices |= {n: "nic" for n in nics}
+    links: list[LinkSpec] = []
+    for k in range(2):
+        for g in gpus[2 * k:2 * k + 2]:
+            links += duplex(g, f"pcie{k}", PCIE_GEN4, PCIE_LAT, "pcie")
+        links += duplex(nics[k], f"pcie{k}", PCIE_GEN4, PCIE_LAT, "pcie")
+        links += duplex(f"pcie{k}", "cpu_root0", PCIE_GEN4, HOST_BRIDGE_LAT, "pcie")
+    description = ("4x GPU on PCIe Gen4, no NVLink (A100 PCIe 40GB figures): two PCIe switches with 2 GPUs + 1 NIC "
+                   "each under one host bridge; 2x 200 Gb/s NICs (25 GB/s line, 24 effective)")
+    return NodeTemplate("pcie-4gpu", description, A100_PCIE, vertices, tuple(gpus), tuple(links), tuple(nics),
+                        (0, 0, 1, 1), HDR_NIC, NIC_LAT, False, (_NCCL, _REF, "latencies: estimates"))
+
+
+def cpu_host(ranks_per_node: int = 4) -> NodeTemplate:
+    cpus = [f"cpu{i}" for i in range(ranks_per_node)]
+    vertices = {c: "cpu" for c in cpus} | {"loopback": "loopback", "nic0": "nic"}
+    links = [s for c in cpus for s in duplex(c, "loopback", LOOPBACK_BW, LOOPBACK_LAT, "loopback")]
+    links += duplex("nic0", "loopback", PCIE_GEN4, PCIE_LAT, "pcie")  # the NIC hangs off the host's network stack
+    description = (f"{ranks_per_node} CPU processes on one host talking over TCP loopback (gloo-style); "
+                   "one 100 Gb/s NIC (12.5 GB/s line, ~12.2 effective) for multi-host runs")
+    return NodeTemplate("cpu-host", description, CPU_PROC, vertices, tuple(cpus), tuple(links), ("nic0",),
+                        (0,) * ranks_per_node, NIC_100G, NIC_LAT, False,
+                        (_REF, "loopback TCP and CPU figures: estimates"))
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named machine: `builder(**params)` makes its node template; `params` lists what it takes, with defaults."""
+
+    name: str
+    summary: str
+    builder: Callable[..., NodeTemplate]
+    default_fabric: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("dgx-a100", "8x A100 SXM4 80GB, NVSwitch, 8x HDR 200G", dgx_a100, "rail-optimised"),
+    Preset("hgx-h100", "8x H100 SXM5 80GB, NVSwitch + NVLS, 8x NDR 400G", hgx_h100, "rail-optimised"),
+    Preset("hgx-h200", "8x H200 SXM 141GB, NVSwitch + NVLS, 8x NDR 400G", hgx_h200, "rail-optimised"),
+    Preset("pcie-4gpu", "4x GPU on PCIe Gen4, no NVLink, 2x 200G", pcie_4gpu, "fat-tree"),
+    Preset("cpu-host", "CPU processes over TCP loopback (gloo), 1x 100G", cpu_host, "fat-tree",
+           (("ranks_per_node", 4),)),
+)}
+
+# Override key -> (what it sets, link kind or None). Values are numbers in SI units.
+OVERRIDES: dict[str, tuple[str, str | None]] = {
+    "nvlink_bandwidth": ("bandwidth", "nvlink"), "nvlink_latency": ("latency", "nvlink"),
+    "pcie_bandwidth": ("bandwidth", "pcie"), "pcie_latency": ("latency", "pcie"),
+    "loopback_bandwidth": ("bandwidth", "loopback"), "loopback_latency": ("latency", "loopback"),
+    "nic_bandwidth": ("nic_bandwidth", None), "nic_latency": ("nic_latency", None),
+    "memory_bandwidth": ("memory_bandwidth", None), "memory_capacity": ("memory_capacity", None),
+    "compute_rate": ("compute_rate", None),
+}
+
+
+def list_presets() -> list[str]:
+    return list(PRESETS)
+
+
+def get_preset(name: str) -> Preset:
+    key = str(name).strip().lower().replace("_", "-")
+    if key in PRESETS:
+        return PRESETS[key]
+    close = difflib.get_close_matches(key, PRESETS, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise HardwareError(f"unknown preset {name!r}{hint}; valid presets: {', '.join(PRESETS)}")
+
+
+def apply_overrides(t: NodeTemplate, overrides: dict[str, float]) -> NodeTemplate:
+    """A copy of template `t` with figures replaced; see OVERRIDES for the keys."""
+    unknown = sorted(set(overrides) - set(OVERRIDES))
+    if unknown:
+        raise HardwareError(f"unknown override(s) {', '.join(map(repr, unknown))}; valid overrides: "
+                            f"{', '.join(OVERRIDES)}")
+    links, device, fields = list(t.links), t.device, {}
+    for key, value in overrides.items():
+        latency = key.endswith("latency")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+                or (value < 0 if latency else value <= 0):
+            raise HardwareError(f"override {key} must be a finite number {'>= 0' if latency else '> 0'} in SI "
+                                f"units, got {value!r}")
+        attr, kind = OVERRIDES[key]
+        if kind is not None:
+            if not any(link.kind == kind for link in links):
+                raise HardwareError(f"override {key} does not apply to {t.name}: it has no {kind} links")
+            links = [dataclasses.replace(link, **{attr: float(value)}) if link.kind == kind else link
+                     for link in links]
+        elif attr.startswith("nic_"):
+            if not t.nics:
+                raise HardwareError(f"override {key} does not apply to {t.name}: it has no NICs")
+            fields[attr] = float(value)
+        else:
+            device = dataclasses.replace(device, **{attr: int(value) if attr == "memory_capacity" else float(value)})
+    if not overrides:
+        return t
+    note = ", ".join(f"{k}={v:g}" for k, v in overrides.items())
+    return dataclasses.replace(t, links=tuple(links), device=device, sources=t.sources + (f"overrides: {note}",),
+                               description=f"{t.description} [overrides: {note}]", **fields)
+
+
+def build_cluster(preset: str = "hgx-h100", nodes: int = 1, fabric: str | None = None,
+                  ranks_per_node: int | None = None, overrides: dict[str, float] | None = None,
+                  fabric_options: dict[str, Any] | None = None) -> Cluster:
+    """`nodes` copies of a preset joined by `fabric` (the preset's default when None)."""
+    p = get_preset(preset)
+    if isinstance(nodes, bool) or not isinstance(nodes, numbers.Integral) or nodes < 1:
+        raise HardwareError(f"nodes must be an integer >= 1, got {nodes!r}")
+    nodes, params = int(nodes), {}
+    if ranks_per_node is not None:
+        if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, numbers.Integral) or ranks_per_node < 1:
+            raise HardwareError(f"ranks_per_node must be an integer >= 1, got {ranks_per_node!r}")
+        if "ranks_per_node" in p.defaults:
+            params["ranks_per_node"] = int(ranks_per_node)
+    template = p.builder(**params)
+    if ranks_per_node is not None and len(template.endpoints) != ranks_per_node:
+        raise HardwareError(f"preset {p.name} has a fixed {len(template.endpoints)} ranks per node; "
+                            f"ranks_per_node={ranks_per_node} is not allowed")
+    template = apply_overrides(template, dict(overrides or {}))
+    # Build the fabric even for one node so a bad fabric name or option is reported at once.
+    fab = build_fabric(fabric or p.default_fabric, nodes, template, **dict(fabric_options or {}))
+    name = p.name if nodes == 1 else f"{nodes}x {p.name} ({fab.kind})"
+    cluster = Cluster(name, template, nodes, fab if nodes > 1 else None)
+    _check_nvlink_routes(cluster)
+    return cluster
+
+
+def _check_nvlink_routes(c: Cluster) -> None:
+    """Cluster routes by latency; refuse overrides that would send GPU<->GPU traffic over PCIe on an NVLink box."""
+    if not any(link.kind == "nvlink" for link in c.template.links):
+        return
+    for a in range(c.ranks_per_node):
+        for b in range(c.ranks_per_node):
+            if a != b and any(c.link_kind[j] != "nvlink" for j in c.route(a, b)):
+                raise HardwareError(f"{c.name}: with these figures the lowest-latency route from "
+                                    f"{c.rank_name(a)} to {c.rank_name(b)} avoids NVLink; keep nvlink_latency "
+                                    f"below pcie_latency so GPU<->GPU traffic stays on NVLink")
+
+
+def describe_preset(name: str, nodes: int = 1) -> dict:
+    """Cluster.describe() of the preset with `nodes` nodes, plus the registry's summary and parameters."""
+    p = get_preset(name)
+    d = build_cluster(p.name, nodes).describe()
+    d.update(preset=p.name, summary=p.summary, default_fabric=p.default_fabric, params=p.defaults,
+             overrides=list(OVERRIDES))
+    return d
