@@ -111,3 +111,14 @@ def dissemination_barrier(coll: Collective, buf: Buffers):
     while k < n:
         yield step(r, (r + k) % n, 0, label=f"barrier round x{k}")
         k *= 2
+
+
+def ring_shift(coll: Collective, buf: Buffers):
+    """nccl-tests' sendrecv: every rank sends its buffer to rank+1 and receives from rank-1, at once."""
+    n = coll.n
+    if n == 1:
+        return
+    r = np.arange(n)
+    yield step(r, (r + 1) % n, coll.count * coll.itemsize, label="sendrecv")
+    if buf.live:
+        buf.rows[:] = buf.rows[(r - 1) % n]

@@ -1,8 +1,11 @@
-"""Runs a plan on the engine: every step's flows on the network, reductions on HBM, steps in lockstep.
+"""Runs a plan on the engine: every step's flows on the network, reductions on HBM.
 
-Steps are synchronous across the group: a step starts when the previous one has finished on every rank. For the
-symmetric algorithms NCCL runs, the slowest link sets the pace of every step anyway, so this loses little and keeps
-the event count at a few per step whatever the number of ranks.
+Two clocks keep this both faithful and cheap. Bandwidth: a step's flows share the links together and the next
+step starts when the last byte of this one is sent (lockstep, a few events per step whatever the number of ranks).
+Latency: each rank carries the time its data is really ready; a flow's data arrives at its sender's ready time plus
+its transfer time plus its route and protocol latency. Latency thus accumulates along each rank's chain of
+dependencies, as in NCCL's pipelined rings (latency counted per hop on a chunk's path), and the collective ends
+when the last rank is ready.
 """
 from __future__ import annotations
 
@@ -21,34 +24,95 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
     intra = cluster.intra_node[2]
     fused = cluster.device.fused_reduction
     start = sim.now
-    if proto.base_latency > 0:
-        yield sim.env.timeout(proto.base_latency)
+    ready = np.full((1, coll.n), start + proto.base_latency)  # per (channel, group rank)
     hop_intra, hop_net = proto.hop(intra), proto.hop("net")
+    seen: dict[int, tuple] = {}  # plans reuse the same flow arrays step after step
     for st in plan(coll, buffers):
         t0 = sim.now
         if len(st.src):
-            g_src, g_dst = ranks[st.src], ranks[st.dst]
-            if st.routes is None:
-                extra = np.where(g_src // rpn == g_dst // rpn, hop_intra, hop_net)
-            else:
-                extra = hop_intra
+            key = id(st.src)
+            if key not in seen or seen[key][0] is not st.src:
+                g_src, g_dst = ranks[st.src], ranks[st.dst]
+                extra = hop_intra if st.routes is not None else np.where(g_src // rpn == g_dst // rpn, hop_intra,
+                                                                          hop_net)
+                seen[key] = (st.src, g_src, g_dst, extra)
+            _, g_src, g_dst, extra = seen[key]
             tr = sim.network.transfer(g_src, g_dst, st.nbytes, label=f"{label} {st.label}".strip(),
-                                      extra_latency=extra, wire_factor=proto.wire_factor, routes=st.routes)
+                                      extra_latency=extra, wire_factor=proto.wire_factor, routes=st.routes,
+                                      weight=st.weight, with_latency=False)
             yield tr.done
-        reducers = None
-        if st.reduce and len(st.src):
-            reducers = (ranks[st.dst], st.nbytes)
-        if st.local_reduce is not None:
-            lr, lb = st.local_reduce
-            reducers = (ranks[lr], lb) if reducers is None else (
-                np.concatenate([reducers[0], ranks[lr]]), np.concatenate([reducers[1], lb]))
-        if reducers is not None:
-            who, amount = reducers
-            uniq, inv = np.unique(who, return_inverse=True)
-            per_rank = np.bincount(inv, weights=reduction_bytes(amount))
-            ends = sim.memory.use(uniq, per_rank, t0 if fused else sim.now, label=f"{label} reduce")
-            last = float(ends.max())
-            if last > sim.now:
-                yield sim.at(last)
+            ready = _chain(ready, st, tr.finish - t0 + sim.network.latency_of(tr), t0)
+        who, amount = _reductions(st)
+        if who is not None:
+            per_rank = np.bincount(who, weights=reduction_bytes(np.broadcast_to(amount, who.shape)),
+                                   minlength=coll.n)
+            uniq = np.flatnonzero(per_rank)
+            per_rank = per_rank[uniq]
+            # Fused kernels reduce while receiving; otherwise the reduction follows the data's arrival.
+            ends = sim.memory.use(ranks[uniq], per_rank, t0, label=f"{label} reduce")
+            if fused:
+                ready[:, uniq] = np.maximum(ready[:, uniq], ends)
+            else:
+                ready[:, uniq] += per_rank / sim.memory.rate
+            if ends.max() > sim.now:
+                yield sim.at(float(ends.max()))
+    end = max(float(ready.max()), sim.now)
+    if end > sim.now:
+        yield sim.at(end)
     sim.recorder.spans("collective", ranks, start, sim.now, coll.nbytes, label)
     return sim.now
+
+
+def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float) -> np.ndarray:
+    """Advance the latency clock: each flow's data is ready at the receiver when its sender was ready (or the
+    step began) plus the flow's cost (transfer time plus latency)."""
+    if st.chains is None:
+        arrival = np.maximum(ready[:, st.src].max(axis=0), t0) + cost
+        latest = _max_by(st.dst, arrival, ready.shape[1])
+        np.maximum(ready, latest, out=ready)
+        return ready
+    ch, src, dst, flow = st.chains
+    channels = int(ch[-1]) + 1  # chains are listed channel by channel
+    if channels > len(ready):
+        ready = np.vstack([ready, np.repeat(ready.max(axis=0, keepdims=True), channels - len(ready), axis=0)])
+    n = ready.shape[1]
+    flat = ready.reshape(-1)
+    key = (id(st.chains), n)
+    idx = _FLAT.get(key)
+    if idx is None or idx[0] is not st.chains:
+        idx = _FLAT[key] = (st.chains, ch * n + src, ch * n + dst)
+    _, fsrc, fdst = idx
+    arrival = np.maximum(flat[fsrc], t0)
+    arrival += cost[flow]
+    # Each (channel, receiver) has one predecessor in a chain step, so plain assignment is the max.
+    flat[fdst] = np.maximum(flat[fdst], arrival)
+    return ready
+
+
+_FLAT: dict = {}  # flat index arrays per chain set (plans reuse one chain set for every step)
+
+
+def _max_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """out[k] = max of values with that key (-inf where none); a sort instead of the slow ufunc.at."""
+    out = np.full(size, -np.inf)
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    last = np.r_[k[1:] != k[:-1], True]
+    if last.all():
+        out[k] = v
+    else:
+        starts = np.r_[0, np.flatnonzero(last[:-1]) + 1]
+        out[k[last]] = np.maximum.reduceat(v, starts)
+    return out
+
+
+def _reductions(st):
+    """(group ranks that reduce this step, bytes each reduces) or (None, None)."""
+    who, amount = None, None
+    if st.reduce and len(st.src):
+        who, amount = st.dst, (st.nbytes if st.weight is None else st.nbytes * st.weight)
+    if st.local_reduce is not None:
+        lr, lb = st.local_reduce
+        who = lr if who is None else np.concatenate([who, lr])
+        amount = lb if amount is None else np.concatenate([amount, lb])
+    return who, amount

@@ -29,13 +29,19 @@ class Step:
     routes: np.ndarray | None = None
     # Ranks that only reduce locally this step (no transfer), with the bytes they reduce.
     local_reduce: tuple[np.ndarray, np.ndarray] | None = None
+    # weight[i] identical flows travel as flow i (multi-channel algorithms repeat the same pair).
+    weight: np.ndarray | None = None
+    # Dependency chains when flows are merged across channels: (channel, src, dst, index of the merged flow).
+    # Latency accumulates per (channel, rank); without chains every flow is its own chain on channel 0.
+    chains: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
-def step(src, dst, nbytes, reduce: bool = False, label: str = "") -> Step:
+def step(src, dst, nbytes, reduce: bool = False, label: str = "", weight=None, chains=None) -> Step:
     src = np.asarray(src, dtype=np.int64).ravel()
     dst = np.asarray(dst, dtype=np.int64).ravel()
-    nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
-    return Step(src, dst, nb, reduce, label)
+    nb = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else \
+        np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
+    return Step(src, dst, nb, reduce, label, weight=weight, chains=chains)
 
 
 @dataclass

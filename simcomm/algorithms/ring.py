@@ -26,29 +26,87 @@ def _chunked(rows: np.ndarray, parts: int, per: int) -> np.ndarray:
     return padded.reshape(n, parts, per)
 
 
-def ring_all_reduce(coll: Collective, buf: Buffers, direction: int = 1):
-    """Reduce-scatter then all-gather around the ring: 2(n-1) steps of count/n elements."""
+def ring_orders(coll: Collective, channels: int | None = None) -> np.ndarray:
+    """Ring orders (channels x n, group ranks) the way NCCL builds them.
+
+    Within a node any order is one NVSwitch hop. Across nodes each channel snakes through the nodes so that every
+    inter-node hop joins the same local GPU on both sides (the same NIC rail), and channel c is rotated by c, so
+    the channels together use every rail once per direction. Groups that do not span whole nodes evenly get one
+    ring in rank order.
+    """
+    n = coll.n
+    rpn = getattr(coll, "ranks_per_node", None)
+    identity = np.arange(n)[None, :]
+    if not rpn or n <= 1:
+        return identity
+    nodes = coll.ranks // rpn
+    _, starts, counts = np.unique(nodes, return_index=True, return_counts=True)
+    k = int(counts[0])
+    if len(counts) < 2 or (counts != k).any() or not (np.diff(nodes) >= 0).all():
+        return identity
+    channels = channels or getattr(coll, "channels", None) or k
+    orders = np.empty((channels, n), dtype=np.int64)
+    local = np.arange(k)
+    for c in range(channels):
+        forward = (c + local) % k
+        backward = (c - 1 - local) % k
+        for j, base in enumerate(starts):
+            orders[c, j * k:(j + 1) * k] = base + (forward if j % 2 == 0 else backward)
+    return orders
+
+
+def _ring_flows(orders: np.ndarray):
+    """The (src, dst) pairs every step of these rings uses, merged with weights (the same each step), and the
+    per-channel chains behind them (for latency)."""
+    c, n = orders.shape
+    src = orders.reshape(-1)
+    dst = np.roll(orders, -1, axis=1).reshape(-1)
+    pairs, index, weight = np.unique(src * n + dst, return_inverse=True, return_counts=True)
+    chains = (np.repeat(np.arange(c), n), src, dst, index)  # each (channel, dst) once: one predecessor
+    return pairs // n, pairs % n, weight, chains
+
+
+def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = None,
+                    chunk_of: np.ndarray | None = None):
+    """Reduce-scatter then all-gather around each channel's ring: 2(n-1) steps of count/(channels*n) elements.
+
+    chunk_of[k] names the element block that starts at ring position k (identity by default); gloo's order is
+    the reversed ring with chunk_of[k] = -k mod n.
+    """
     n = coll.n
     if n == 1:
         return
-    r = np.arange(n)
-    nxt = (r + direction) % n
-    per, true = _split(coll.count, n)
-    work = _chunked(buf.rows, n, per) if buf.live else None
-    # direction 1: chunk k goes k -> k+1 -> ... -> k-1, which then owns it (rank r owns chunk r+1).
-    # direction -1: chunk c goes c-1 -> c-2 -> ... -> c (rank r owns chunk r), gloo's order.
+    orders = ring_orders(coll) if orders is None else orders
+    channels = len(orders)
+    chunk_of = np.arange(n) if chunk_of is None else chunk_of
+    per, _ = _split(coll.count, channels * n)
+    src_f, dst_f, weight, chains = _ring_flows(orders)
+    nbytes = per * coll.itemsize
+    work = _chunked(buf.rows, channels * n, per).reshape(n, channels, n, per) if buf.live else None
+    ch = np.repeat(np.arange(channels), n)
+    src = orders.reshape(-1)
+    dst = np.roll(orders, -1, axis=1).reshape(-1)
+    pos = np.tile(np.arange(n), channels)
     for s in range(n - 1):
-        c = (r - s) % n if direction == 1 else (r + 1 + s) % n
-        yield step(r, nxt, true[c] * coll.itemsize, reduce=True, label=f"reduce-scatter {s + 1}/{n - 1}")
+        yield step(src_f, dst_f, nbytes, reduce=True, label=f"reduce-scatter {s + 1}/{n - 1}", weight=weight,
+                   chains=chains)
         if work is not None:
-            work[nxt, c] = _combine(buf, work[nxt, c], work[r, c])
+            blk = chunk_of[(pos - s) % n]
+            work[dst, ch, blk] = _combine(buf, work[dst, ch, blk], work[src, ch, blk])
     for s in range(n - 1):
-        c = (r + 1 - s) % n if direction == 1 else (r + s) % n
-        yield step(r, nxt, true[c] * coll.itemsize, label=f"all-gather {s + 1}/{n - 1}")
+        yield step(src_f, dst_f, nbytes, label=f"all-gather {s + 1}/{n - 1}", weight=weight, chains=chains)
         if work is not None:
-            work[nxt, c] = work[r, c]
+            blk = chunk_of[(pos + 1 - s) % n]
+            work[dst, ch, blk] = work[src, ch, blk]
     if work is not None:
         buf.rows[:] = work.reshape(n, -1)[:, :coll.count]
+
+
+def gloo_ring_all_reduce(coll: Collective, buf: Buffers):
+    """The ring backwards (rank r sends to r-1): chunk c accumulates x[c-1], x[c-2], ..., x[c], as gloo does."""
+    n = coll.n
+    order = np.arange(n)[::-1][None, :]
+    yield from ring_all_reduce(coll, buf, order, (n - np.arange(n)) % n)
 
 
 def _combine(buf: Buffers, local: np.ndarray, incoming: np.ndarray) -> np.ndarray:
@@ -56,34 +114,42 @@ def _combine(buf: Buffers, local: np.ndarray, incoming: np.ndarray) -> np.ndarra
     return combine(buf.op, local, incoming)
 
 
-def ring_reduce_scatter(coll: Collective, buf: Buffers):
-    """n-1 steps; rows are (n, n*count) and rank i ends with block i reduced."""
+def _ring_blocks(coll: Collective, buf: Buffers, reduce: bool):
+    """Shared body of ring reduce-scatter and all-gather: rows (n, n*count), block b belongs to group rank b."""
     n = coll.n
     if n == 1:
         return
-    r = np.arange(n)
-    nxt = (r + 1) % n
-    work = buf.rows.reshape(n, n, coll.count) if buf.live else None
+    orders = ring_orders(coll)
+    channels = len(orders)
+    per, _ = _split(coll.count, channels)
+    src_f, dst_f, weight, chains = _ring_flows(orders)
+    work = _chunked(buf.rows.reshape(n * n, coll.count), channels, per).reshape(n, n, channels, per) \
+        if buf.live else None
+    ch = np.repeat(np.arange(channels), n)
+    src = orders.reshape(-1)
+    dst = np.roll(orders, -1, axis=1).reshape(-1)
+    pos = np.tile(np.arange(n), channels)
+    name = "reduce-scatter" if reduce else "all-gather"
     for s in range(n - 1):
-        c = (r - s - 1) % n
-        yield step(r, nxt, coll.count * coll.itemsize, reduce=True, label=f"reduce-scatter {s + 1}/{n - 1}")
+        yield step(src_f, dst_f, per * coll.itemsize, reduce=reduce, label=f"{name} {s + 1}/{n - 1}",
+                   weight=weight, chains=chains)
         if work is not None:
-            work[nxt, c] = _combine(buf, work[nxt, c], work[r, c])
+            # Reduce-scatter: the block owned by position j starts at j+1; all-gather: each position's own first.
+            blk = orders[ch, (pos - s - 1) % n] if reduce else orders[ch, (pos - s) % n]
+            work[dst, blk, ch] = _combine(buf, work[dst, blk, ch], work[src, blk, ch]) if reduce \
+                else work[src, blk, ch]
+    if work is not None:
+        buf.rows[:] = work.reshape(n, n, channels * per)[:, :, :coll.count].reshape(n, -1)
+
+
+def ring_reduce_scatter(coll: Collective, buf: Buffers):
+    """n-1 steps per channel ring; rank i ends with block i reduced."""
+    yield from _ring_blocks(coll, buf, reduce=True)
 
 
 def ring_all_gather(coll: Collective, buf: Buffers):
-    """n-1 steps; rows are (n, n*count) with rank i's input in block i."""
-    n = coll.n
-    if n == 1:
-        return
-    r = np.arange(n)
-    nxt = (r + 1) % n
-    work = buf.rows.reshape(n, n, coll.count) if buf.live else None
-    for s in range(n - 1):
-        c = (r - s) % n
-        yield step(r, nxt, coll.count * coll.itemsize, label=f"all-gather {s + 1}/{n - 1}")
-        if work is not None:
-            work[nxt, c] = work[r, c]
+    """n-1 steps per channel ring; every rank ends with every block."""
+    yield from _ring_blocks(coll, buf, reduce=False)
 
 
 def _chain(coll: Collective) -> np.ndarray:

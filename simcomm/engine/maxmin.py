@@ -11,7 +11,8 @@ _SATURATED = 1e-9  # relative residual below which a link counts as full
 
 
 def max_min_rates(class_links: list[np.ndarray], counts: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Per-flow rate of each class. `class_links[c]` are the links class c crosses; `counts[c]` its flows.
+    """Per-flow rate of each class. `class_links[c]` are the links class c crosses; `counts[c]` its flows
+    (a positive number; weighted flows count as several).
 
     A class with no links (nothing to cross) gets an infinite rate.
     """

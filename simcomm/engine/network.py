@@ -30,6 +30,8 @@ class Transfer:
     pattern: bytes | None = None
     _pending: int = 0
     _last_arrival: float = 0.0
+    weight: np.ndarray = None  # identical flows each entry stands for
+    with_latency: bool = True
 
 
 class FlowNetwork:
@@ -45,6 +47,7 @@ class FlowNetwork:
         self._remaining = np.empty(0)
         self._rate = np.empty(0)
         self._extra = np.empty(0)
+        self._weight = np.empty(0)
         self._bid = np.empty(0, dtype=np.int64)  # batch id of each flow
         self._index = np.empty(0, dtype=np.int64)  # position of each flow inside its batch
         self._batches: dict[int, Transfer] = {}
@@ -54,55 +57,94 @@ class FlowNetwork:
         self._generation = 0
         self._resolve_pending = False
         self._routes_cache: dict[bytes, np.ndarray] = {}
+        self._memo = None
         self._rates_cache: dict[tuple, np.ndarray] = {}
-        self.stats = {"transfers": 0, "flows": 0, "solves": 0, "solve_cache_hits": 0}
+        # Closed form for a batch alone on the network: its rate trajectory is replayed from a cache.
+        self._solo_cache: dict[bytes, tuple] = {}
+        self._solo = None  # (transfer, start, offsets, seg_starts, seg_rates, wire) while replaying
+        self._recording = None  # (transfer, key, start, seg_starts, seg_rates, bw_done, wire) while learning
+        self.stats = {"transfers": 0, "flows": 0, "solves": 0, "solve_cache_hits": 0, "closed_form": 0}
 
     # ---- public ------------------------------------------------------------------------------------------
     def transfer(self, src, dst, nbytes, label: str = "", extra_latency=0.0, wire_factor: float = 1.0,
-                 routes=None) -> Transfer:
+                 routes=None, weight=None, with_latency: bool = True) -> Transfer:
         """Start flows src[i] -> dst[i] of nbytes[i] bytes now.
 
         `extra_latency` (scalar or per flow) is added to each flow's arrival (a protocol's software overhead);
         `wire_factor` scales the bytes put on the wire (a protocol that sends flags with the data) without changing
         the payload that is reported. `routes` gives explicit route ids (see Cluster.path_route) instead of the
-        rank-to-rank routes.
+        rank-to-rank routes. `weight[i]` > 1 makes flow i stand for that many identical flows (same route, size
+        and start): max-min treats them as separate flows, the engine tracks them as one. With
+        `with_latency=False` flows complete when their last byte is sent; the caller accounts for latency (see
+        `latency_of`), as the collective executor does to pipeline latency along dependency chains.
         """
         src = np.atleast_1d(np.asarray(src, dtype=np.int64))
         dst = np.atleast_1d(np.asarray(dst, dtype=np.int64))
-        payload = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
-        if routes is not None:
-            route = np.asarray(routes, dtype=np.int64)
-            pattern = b"R" + route.tobytes()
+        payload = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else \
+            np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
+        memo = self._memo
+        if memo is not None and memo[0] is src and memo[1] is dst and memo[2] is weight and memo[3] is routes:
+            pattern, route, w = memo[4], memo[5], memo[6]  # a plan repeating its step: skip re-keying
         else:
-            pattern = src.tobytes() + b"|" + dst.tobytes()
-            route = self._routes_cache.get(pattern)
-            if route is None:
-                route = self.cluster.route_ids(src, dst)
-                if len(self._routes_cache) < 4096:
+            w = np.ones(len(src)) if weight is None else \
+                np.broadcast_to(np.asarray(weight, dtype=float), src.shape).copy()
+            if routes is not None:
+                route = np.asarray(routes, dtype=np.int64)
+                pattern = b"R" + route.tobytes() + w.tobytes()
+            else:
+                pattern = src.tobytes() + b"|" + dst.tobytes() + w.tobytes()
+                route = self._routes_cache.get(pattern)
+                if route is None:
+                    route = self.cluster.route_ids(src, dst)
+                    if len(self._routes_cache) > 4096:
+                        self._routes_cache.clear()
                     self._routes_cache[pattern] = route
+            self._memo = (src, dst, weight, routes, pattern, route, w)
         extra = np.broadcast_to(np.asarray(extra_latency, dtype=np.float64), src.shape)
         t = Transfer(src, dst, payload, route, self.env.now, self.env.event(), label, extra,
-                     np.full(len(src), np.nan), pattern, len(src), self.env.now)
+                     np.full(len(src), np.nan), pattern, len(src), self.env.now, w, with_latency)
         self.stats["transfers"] += 1
-        self.stats["flows"] += len(src)
+        self.stats["flows"] += int(w.sum())
         if len(src) == 0:
             t.done.succeed(t)
+            return t
+        wire = payload * wire_factor
+        idle = not len(self._route) and self._solo is None and not self._resolve_pending
+        if not idle:
+            self._materialize()
+            self._recording = None  # no longer alone
+        uniform = len(wire) and wire[0] == wire[-1] and (wire == wire[0]).all()
+        solo_key = (pattern + b"#" + (wire[:1].tobytes() if uniform else wire.tobytes())) if idle else None
+        if solo_key is not None and solo_key in self._solo_cache:
+            self._replay(t, solo_key, wire)
             return t
         self._advance()
         bid = self._next_bid
         self._next_bid += 1
         self._batches[bid] = t
-        self._route = np.concatenate([self._route, route])
-        self._remaining = np.concatenate([self._remaining, payload * wire_factor])
-        self._rate = np.concatenate([self._rate, np.zeros(len(src))])
-        self._extra = np.concatenate([self._extra, extra])
-        self._bid = np.concatenate([self._bid, np.full(len(src), bid)])
-        self._index = np.concatenate([self._index, np.arange(len(src))])
+        if solo_key is not None:
+            self._recording = (t, solo_key, self.env.now, [], [], np.full(len(src), np.nan), wire)
+        new = (route, wire, np.zeros(len(src)), extra, w, np.full(len(src), bid),
+               np.arange(len(src)))
+        names = ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index")
+        if len(self._route):
+            for name, arr in zip(names, new):
+                setattr(self, name, np.concatenate([getattr(self, name), arr]))
+        else:  # the common lockstep case: nothing else in flight
+            for name, arr in zip(names, new):
+                setattr(self, name, arr)
         if not self._resolve_pending:
             self._resolve_pending = True
             ev = self.env.timeout(0)
             ev.callbacks.append(self._on_resolve)
         return t
+
+    def latency_of(self, t: Transfer) -> np.ndarray:
+        """Per-flow latency of a transfer: its route's links plus its extra latency."""
+        lat = self.cluster.route_latency
+        if len(self._latency) != len(lat):
+            self._latency = np.asarray(lat, dtype=np.float64)
+        return self._latency[t.route] + t.extra_latency
 
     @property
     def active_flows(self) -> int:
@@ -126,27 +168,98 @@ class FlowNetwork:
         if not len(self._route):
             return
         self.stats["solves"] += 1
-        bids = np.unique(self._bid)
-        batches = [self._batches[b] for b in bids.tolist()]
+        # Batch ids are ascending in the active arrays, so one batch means equal ends.
+        bids = [int(self._bid[0])] if self._bid[0] == self._bid[-1] else np.unique(self._bid).tolist()
+        batches = [self._batches[b] for b in bids]
+        # Rates depend only on which flows are active: the batches' patterns, and which of their flows remain.
         full = all(b._pending == len(b.src) for b in batches)
-        key = tuple(b.pattern for b in batches) if full else None
-        cached = self._rates_cache.get(key) if key is not None else None
+        key = tuple(b.pattern for b in batches) + (None if full else self._index.tobytes(),)
+        cached = self._rates_cache.get(key)
         if cached is not None:
             self.stats["solve_cache_hits"] += 1
             self._rate = cached
+            self._record_rates()
             return
-        classes, inverse, counts = np.unique(self._route, return_inverse=True, return_counts=True)
+        classes, inverse = np.unique(self._route, return_inverse=True)
+        counts = np.bincount(inverse, weights=self._weight)
         links = [self.cluster.route_links[r] for r in classes]
         self._rate = max_min_rates(links, counts, self.capacity)[inverse]
-        if key is not None and len(self._rates_cache) < 4096:
-            self._rates_cache[key] = self._rate
+        if len(self._rates_cache) > 4096:
+            self._rates_cache.clear()
+        self._rates_cache[key] = self._rate
+        self._record_rates()
+
+    # ---- closed form for a batch alone on the network ----------------------------------------------------
+    def _record_rates(self) -> None:
+        rec = self._recording
+        if rec is None:
+            return
+        t, _, start, seg_starts, seg_rates, _, _ = rec
+        full = np.zeros(len(t.src))
+        full[self._index] = self._rate
+        seg_starts.append(self.env.now - start)
+        seg_rates.append(full)
+
+    def _replay(self, t: Transfer, key: bytes, wire: np.ndarray) -> None:
+        offsets, seg_starts, seg_rates = self._solo_cache[key]
+        self.stats["closed_form"] += 1
+        self._generation += 1
+        self._solo = (t, self.env.now, offsets, seg_starts, seg_rates, wire)
+        ev = self.env.timeout(float(offsets.max()), value=self._generation)
+        ev.callbacks.append(self._on_solo_done)
+
+    def _on_solo_done(self, event) -> None:
+        if event.value != self._generation or self._solo is None:
+            return
+        t, start, offsets, _, _, _ = self._solo
+        self._solo = None
+        self._complete_solo(t, start + offsets, np.ones(len(offsets), dtype=bool))
+
+    def _complete_solo(self, t: Transfer, bw_done: np.ndarray, which: np.ndarray) -> None:
+        """Mark flows `which` of a replayed batch as having sent their last byte at bw_done."""
+        arrival = bw_done[which]
+        if t.with_latency:
+            lat = self.latency_of(t)[which]
+            arrival = arrival + lat
+        t.finish[which] = arrival
+        t._pending -= int(which.sum())
+        t._last_arrival = max(t._last_arrival, float(np.max(arrival)) if len(arrival) else t._last_arrival)
+        if t._pending == 0:
+            self._deliver(t)
+
+    def _materialize(self) -> None:
+        """Turn a replayed batch back into live flows (something else is about to share the network)."""
+        if self._solo is None:
+            return
+        t, start, offsets, seg_starts, seg_rates, wire = self._solo
+        self._solo = None
+        self._generation += 1
+        elapsed = self.env.now - start
+        done = offsets <= elapsed * (1 + 1e-12)
+        if done.any():
+            self._complete_solo(t, start + offsets, done)
+        ends = np.append(seg_starts[1:], np.inf)
+        spans = np.clip(np.minimum(ends, elapsed) - seg_starts, 0, None)
+        sent = spans @ seg_rates
+        live = ~done
+        bid = self._next_bid
+        self._next_bid += 1
+        self._batches[bid] = t
+        k = int(np.searchsorted(seg_starts, elapsed, side="right")) - 1
+        self._route, self._remaining = t.route[live], (wire - sent)[live]
+        self._rate, self._extra = seg_rates[max(k, 0)][live], t.extra_latency[live]
+        self._weight, self._bid = t.weight[live], np.full(int(live.sum()), bid)
+        self._index = np.flatnonzero(live)
+        self._updated = self.env.now
 
     def _schedule_next(self) -> None:
         self._generation += 1
         if not len(self._route):
             return
         with np.errstate(divide="ignore", invalid="ignore"):
-            ttf = np.where(self._rate == np.inf, 0.0, self._remaining / self._rate)
+            ttf = self._remaining / self._rate
+        ttf[self._rate == np.inf] = 0.0
+        self._ttf, self._ttf_at = ttf, self.env.now
         dt = max(float(ttf.min()), 0.0)
         ev = self.env.timeout(dt, value=self._generation)
         ev.callbacks.append(self._on_timer)
@@ -155,14 +268,14 @@ class FlowNetwork:
         if event.value != self._generation:
             return  # superseded by a later re-solve
         self._advance()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ttf = np.where(self._rate == np.inf, 0.0, self._remaining / self._rate)
         # Flows within a relative hair of finishing finish now: float error must not cost an extra event.
-        done = ttf <= 1e-12 * max(self.env.now, 1e-9) + 1e-18
+        elapsed = self.env.now - self._ttf_at
+        done = self._ttf <= elapsed + 1e-12 * max(self.env.now, 1e-9) + 1e-18
         self._finish(done)
         keep = ~done
-        for name in ("_route", "_remaining", "_rate", "_extra", "_bid", "_index"):
-            setattr(self, name, getattr(self, name)[keep])
+        for name in ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index"):
+            arr = getattr(self, name)
+            setattr(self, name, arr[:0] if not keep.any() else arr[keep])
         self._solve()
         self._schedule_next()
 
@@ -170,17 +283,37 @@ class FlowNetwork:
         lat = self.cluster.route_latency
         if len(self._latency) != len(lat):
             self._latency = np.asarray(lat, dtype=np.float64)
-        route, bid, index = self._route[done], self._bid[done], self._index[done]
-        arrival = self.env.now + self._latency[route] + self._extra[done]
-        for b in np.unique(bid).tolist():
-            sel = bid == b
+        bid, index = self._bid[done], self._index[done]
+        if not len(bid):
+            return
+        rec = self._recording
+        if rec is not None:
+            rec[5][index] = self.env.now - rec[2]
+        single = bid[0] == bid[-1]
+        for b in ([int(bid[0])] if single else np.unique(bid).tolist()):
             t = self._batches[b]
-            t.finish[index[sel]] = arrival[sel]
-            t._pending -= int(sel.sum())
-            t._last_arrival = max(t._last_arrival, float(arrival[sel].max()))
+            sel = slice(None) if single else bid == b
+            if t.with_latency:
+                arrival = self.env.now + self._latency[self._route[done][sel]] + self._extra[done][sel]
+                t._last_arrival = max(t._last_arrival, float(arrival.max()))
+            else:
+                arrival = self.env.now
+                t._last_arrival = self.env.now
+            t.finish[index[sel]] = arrival
+            t._pending -= len(index) if single else int(sel.sum())
             if t._pending == 0:
                 del self._batches[b]
+                if rec is not None and rec[0] is t:
+                    self._learn(rec)
                 self._deliver(t)
+
+    def _learn(self, rec) -> None:
+        """A batch ran alone from start to end: keep its trajectory to replay it next time."""
+        _, key, _, seg_starts, seg_rates, bw_done, _ = rec
+        self._recording = None
+        if len(self._solo_cache) > 1024:
+            self._solo_cache.clear()
+        self._solo_cache[key] = (bw_done, np.asarray(seg_starts), np.vstack(seg_rates))
 
     def _deliver(self, b: Transfer) -> None:
         if self.recorder is not None:

@@ -39,7 +39,7 @@ class Recorder:
     def flows(self, transfer) -> None:
         if self.detail == "flows":
             self._flows.append((transfer.src, transfer.dst, transfer.start, transfer.finish.copy(),
-                                transfer.nbytes, transfer.route, transfer.label))
+                                transfer.nbytes * transfer.weight, transfer.route, transfer.label))
 
     def spans(self, kind: str, ranks, start, end, amount, label: str = "") -> None:
         self._spans.append((kind, np.array(ranks), np.array(start, dtype=float), np.array(end, dtype=float),

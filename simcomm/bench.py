@@ -1,0 +1,132 @@
+"""`simcomm bench`: the simulator's own speed (wall seconds and event counts), never asserted in unit tests.
+
+Cases (from the foundation and collectives issues):
+  flows-fattree   1,024 concurrent 64 MiB flows (a fixed random permutation) on a 128-node hgx-h100 fat-tree
+  ring-N          a ring of neighbour sends on N ranks: 2(N-1) lockstep steps of 1 MiB (a ring all-reduce's traffic)
+  allreduce-*     a 1 GiB size-only all_reduce on 1,024 GPUs (ring and hierarchical) and on 16,384 GPUs
+  rankprog-256    a rank-program all_reduce of 4 MiB float32 with real data on 256 ranks
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from .engine import Simulation
+from .hardware import build_cluster
+
+MiB = 1 << 20
+
+
+def _timed(fn) -> tuple[float, dict]:
+    t = time.perf_counter()
+    info = fn()
+    return time.perf_counter() - t, info
+
+
+def bench_flows(nodes: int = 128, nbytes: int = 64 * MiB) -> dict:
+    """All GPUs send at once to a random permutation of peers: contention, many distinct finish times."""
+    cluster = build_cluster("hgx-h100", nodes=nodes, fabric="fat-tree")
+    sim = Simulation(cluster, detail="steps")
+    n = cluster.num_ranks
+    rng = np.random.default_rng(2024)
+    dst = rng.permutation(n)
+    src = np.arange(n)
+    keep = src != dst
+    t = sim.network.transfer(src[keep], dst[keep], nbytes, label="permutation")
+    sim.env.run(t.done)
+    return {"ranks": n, "flows": int(keep.sum()), "sim_seconds": sim.now, **sim.stats()}
+
+
+def bench_ring(ranks: int, nbytes: int = MiB) -> dict:
+    """2(n-1) lockstep steps of neighbour sends r -> r+1 (hgx-h100 nodes, rail-optimised fabric)."""
+    nodes = max(1, -(-ranks // 8))
+    cluster = build_cluster("hgx-h100", nodes=nodes)
+    sim = Simulation(cluster, detail="steps")
+    src = np.arange(ranks)
+    dst = (src + 1) % ranks
+
+    def ring():
+        for _ in range(2 * (ranks - 1)):
+            yield sim.network.transfer(src, dst, nbytes, label="ring step").done
+
+    sim.env.run(sim.env.process(ring()))
+    return {"ranks": ranks, "steps": 2 * (ranks - 1), "sim_seconds": sim.now, **sim.stats()}
+
+
+def bench_allreduce(nodes: int, algorithm: str, size: str = "1GiB") -> dict:
+    from .collective import simulate_collective
+    cluster = build_cluster("hgx-h100", nodes=nodes)
+    r = simulate_collective("all_reduce", size, cluster=cluster, algorithm=algorithm, protocol="Simple")
+    return {"ranks": r.ranks, "algorithm": r.algorithm, "sim_seconds": r.time, "busbw_GBps": r.busbw / 1e9,
+            **r.stats}
+
+
+def bench_rank_program(ranks: int = 256, count: int = MiB) -> dict:
+    """Every rank calls all_reduce on 4 MiB of float32 with real data; checks the result."""
+    from . import distributed as dist
+    from .launch import spawn
+
+    def program(rank):
+        x = np.full(count, rank, dtype=np.float32)
+        dist.all_reduce(x)
+        return float(x[0])
+
+    r = spawn(program, nprocs=ranks, cluster="hgx-h100")
+    expect = ranks * (ranks - 1) / 2
+    assert all(v == expect for v in r.results), "all_reduce gave a wrong sum"
+    return {"ranks": ranks, "sim_seconds": r.elapsed, **r.stats()}
+
+
+CASES = {
+    "flows-fattree": lambda: bench_flows(),
+    **{f"ring-{n}": (lambda n=n: bench_ring(n)) for n in (8, 64, 512, 1024, 4096)},
+    "allreduce-ring-1024": lambda: bench_allreduce(128, "ring"),
+    "allreduce-hierarchical-1024": lambda: bench_allreduce(128, "hierarchical"),
+    "allreduce-hierarchical-16384": lambda: bench_allreduce(2048, "hierarchical"),
+    "rankprog-256": lambda: bench_rank_program(),
+}
+DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allreduce-ring-1024",
+           "allreduce-hierarchical-1024", "rankprog-256"]
+
+
+def run(cases: list[str]) -> list[dict]:
+    rows = []
+    for name in cases:
+        wall, info = _timed(CASES[name])
+        rows.append({"case": name, "wall_seconds": wall, **info})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="simcomm bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("cases", nargs="*", help=f"cases to run (default: {' '.join(DEFAULT)}; 'all' for every case)")
+    p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    args = p.parse_args(argv)
+    cases = list(CASES) if args.cases == ["all"] else (args.cases or DEFAULT)
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        print(f"simcomm bench: unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}",
+              file=sys.stderr)
+        return 2
+    rows = []
+    if not args.json:
+        print(f"{'case':<30} {'wall s':>8} {'events':>9} {'flows':>11} {'solves':>7} {'sim time':>12}")
+    for name in cases:
+        row = run([name])[0]
+        rows.append(row)
+        if not args.json:
+            print(f"{row['case']:<30} {row['wall_seconds']:>8.3f} {row.get('events', 0):>9} "
+                  f"{row.get('flows', 0):>11} {row.get('solves', 0):>7} {row['sim_seconds'] * 1e3:>9.3f} ms",
+                  flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Process-group queries, groups and point-to-point calls, with torch.distributed's names and argument order."""
+from __future__ import annotations
+
+from ..errors import DistError
+from .groups import NON_GROUP_MEMBER, ProcessGroup
+from .runtime import current
+from .tensors import dtype_of, nbytes_of
+from .work import Work
+
+
+class _GroupNamespace:
+    """`dist.group.WORLD` as in torch: resolved per run."""
+
+    @property
+    def WORLD(self) -> ProcessGroup:  # noqa: N802 - torch's spelling
+        rt, _ = current()
+        return rt.services["groups"].world
+
+
+group = _GroupNamespace()
+
+
+class GroupMember:
+    NON_GROUP_MEMBER = NON_GROUP_MEMBER
+
+    @property
+    def WORLD(self):  # noqa: N802
+        return group.WORLD
+
+
+def resolve_group(g) -> ProcessGroup | None:
+    """The group a call targets; None for a non-member marker."""
+    rt, _ = current()
+    if g is None:
+        return rt.services["groups"].world
+    if g is NON_GROUP_MEMBER:
+        return None
+    if not isinstance(g, ProcessGroup):
+        raise DistError(f"group must be a ProcessGroup made by new_group (or None for the world), got {g!r}")
+    return g
+
+
+def resolve_peer(g: ProcessGroup, peer, group_peer, name: str, required: bool = True) -> int | None:
+    """A global rank from torch's pair (peer, group_peer): exactly one may be given."""
+    if peer is not None and group_peer is not None:
+        raise DistError(f"Can not specify both {name} and group_{name}")
+    if peer is None and group_peer is None:
+        if required:
+            raise DistError(f"Must specify either {name} or group_{name}")
+        return None
+    if group_peer is not None:
+        if not 0 <= group_peer < g.size():
+            raise DistError(f"group_{name} {group_peer} is out of range: {g.name} has group ranks 0 to {g.size() - 1}")
+        return g.ranks[group_peer]
+    rt, _ = current()
+    n = rt.nprocs
+    if not isinstance(peer, int) or not 0 <= peer < n:
+        raise DistError(f"{name} {peer!r} is out of range: valid ranks are 0 to {n - 1}")
+    if peer not in g:
+        raise DistError(f"{name} {peer} is not a member of {g.name} (ranks {list(g.ranks)})")
+    return peer
+
+
+# ---- setup and queries -----------------------------------------------------------------------------------
+def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, **kwargs) -> None:
+    """Accepted for source compatibility: inside simcomm.spawn the group already exists."""
+    rt, me = current()
+    if world_size not in (-1, None) and world_size != rt.nprocs:
+        raise DistError(f"init_process_group(world_size={world_size}) but simcomm.spawn started {rt.nprocs} ranks")
+    if rank not in (-1, None) and rank != me:
+        raise DistError(f"init_process_group(rank={rank}) called by rank {me}")
+
+
+def destroy_process_group(group=None) -> None:
+    """Accepted for source compatibility; nothing to tear down."""
+
+
+def is_initialized() -> bool:
+    try:
+        current()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def is_available() -> bool:
+    return True
+
+
+def get_backend(group=None) -> str:
+    return "simcomm"
+
+
+def get_rank(group=None) -> int:
+    """This rank's rank in group (global by default); -1 if it is not a member."""
+    rt, me = current()
+    g = resolve_group(group)
+    return -1 if g is None else g.rank_of(me)
+
+
+def get_world_size(group=None) -> int:
+    """Size of group (the world by default); -1 for a non-member."""
+    g = resolve_group(group)
+    return -1 if g is None else g.size()
+
+
+def get_group_rank(group, global_rank: int) -> int:
+    g = resolve_group(group)
+    r = g.rank_of(global_rank)
+    if r < 0:
+        raise DistError(f"Global rank {global_rank} is not part of group {g.name}")
+    return r
+
+
+def get_global_rank(group, group_rank: int) -> int:
+    g = resolve_group(group)
+    if not 0 <= group_rank < g.size():
+        raise DistError(f"Group rank {group_rank} is not part of group {g.name}")
+    return g.ranks[group_rank]
+
+
+def get_process_group_ranks(group) -> list[int]:
+    return list(resolve_group(group).ranks)
+
+
+def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
+              group_desc=None, device_id=None):
+    """A subgroup; every rank must call it in the same order. Non-members get GroupMember.NON_GROUP_MEMBER."""
+    rt, me = current()
+    return rt.services["groups"].new_group(me, ranks)
+
+
+def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_options=None, group_desc=None):
+    """Split the world into consecutive groups of group_size; returns (my subgroup, all subgroups)."""
+    rt, me = current()
+    n = rt.nprocs
+    size = group_size or rt.sim.cluster.ranks_per_node
+    if size <= 0 or n % size:
+        raise DistError(f"The world size ({n}) must be divisible by group_size={size}")
+    subgroups = [new_group(list(range(i, i + size))) for i in range(0, n, size)]
+    return subgroups[me // size], subgroups
+
+
+# ---- point to point --------------------------------------------------------------------------------------
+def _p2p(kind: str, tensor, peer, g, tag, group_peer):
+    rt, me = current()
+    grp = resolve_group(g)
+    if grp is None:
+        raise DistError(f"rank {me} called {kind} on a group it is not a member of")
+    name = "dst" if kind == "send" else "src"
+    target = resolve_peer(grp, peer, group_peer, name, required=(kind == "send"))
+    if target == me:
+        raise DistError(f"Invalid {name} rank: rank {me} cannot {kind} {'to' if kind == 'send' else 'from'} itself")
+    dtype_of(tensor)  # type check early, with a clear message
+    matcher = rt.services["p2p"]
+    if kind == "send":
+        event = matcher.post_send(me, target, tag, tensor)
+        what = f"send(dst={target}{f', tag={tag}' if tag else ''}, {nbytes_of(tensor)} B)"
+    else:
+        event = matcher.post_recv(me, target, tag, tensor)
+        what = f"recv(src={'any' if target is None else target}{f', tag={tag}' if tag else ''})"
+    return rt, me, event, what
+
+
+def send(tensor, dst=None, group=None, tag=0, group_dst=None) -> None:
+    """Send tensor to global rank dst; returns when the data has arrived."""
+    rt, me, event, what = _p2p("send", tensor, dst, group, tag, group_dst)
+    rt.wait(me, event, what)
+
+
+def recv(tensor, src=None, group=None, tag=0, group_src=None) -> int:
+    """Receive into tensor from src (any source if None); returns the sender's global rank."""
+    rt, me, event, what = _p2p("recv", tensor, src, group, tag, group_src)
+    return rt.wait(me, event, what)
+
+
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None) -> Work:
+    rt, me, event, what = _p2p("send", tensor, dst, group, tag, group_dst)
+    return Work(rt, me, event, what)
+
+
+def irecv(tensor, src=None, group=None, tag=0, group_src=None) -> Work:
+    rt, me, event, what = _p2p("recv", tensor, src, group, tag, group_src)
+    return Work(rt, me, event, what)
+
+
+class P2POp:
+    """One send or recv for batch_isend_irecv: op is isend or irecv (the functions of this module)."""
+
+    def __init__(self, op, tensor, peer=None, group=None, tag=0, group_peer=None):
+        if op not in (isend, irecv):
+            raise DistError("P2POp op must be simcomm.distributed.isend or simcomm.distributed.irecv")
+        self.op, self.tensor, self.peer, self.group, self.tag, self.group_peer = op, tensor, peer, group, tag, group_peer
+
+
+def batch_isend_irecv(p2p_op_list) -> list[Work]:
+    """Post every op at once (so their order cannot deadlock) and return their Works."""
+    if not p2p_op_list:
+        raise DistError("batch_isend_irecv needs a non-empty list of P2POp")
+    return [op.op(op.tensor, op.peer, op.group, op.tag, op.group_peer) for op in p2p_op_list]

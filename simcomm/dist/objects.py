@@ -1,0 +1,82 @@
+"""Collectives of picklable Python objects, built on byte tensors exactly as torch builds them."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+
+from . import collectives as c
+from .api import get_rank, get_world_size, resolve_group, resolve_peer
+from .runtime import current
+
+
+def _encode(obj) -> np.ndarray:
+    return np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
+
+
+def _decode(buf: np.ndarray, size: int):
+    return pickle.loads(buf[:size].tobytes())
+
+
+def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None) -> None:
+    """Replace object_list's items on every rank with src's (sizes first, then the pickled bytes)."""
+    g = resolve_group(group)
+    if g is None:
+        return
+    _, me = current()
+    root = resolve_peer(g, src, group_src, "src")
+    encoded = [_encode(o) for o in object_list] if me == root else None
+    sizes = np.array([len(e) for e in encoded] if encoded else [0] * len(object_list), dtype=np.int64)
+    c.broadcast(sizes, src=root, group=group)
+    payload = np.concatenate(encoded) if encoded else np.zeros(int(sizes.sum()), dtype=np.uint8)
+    c.broadcast(payload, src=root, group=group)
+    offset = 0
+    for i, size in enumerate(sizes.tolist()):
+        object_list[i] = pickle.loads(payload[offset:offset + size].tobytes())
+        offset += size
+
+
+def _gathered_bytes(obj, group, collect):
+    n = get_world_size(group)
+    data = _encode(obj)
+    size = np.array([len(data)], dtype=np.int64)
+    sizes = [np.zeros(1, dtype=np.int64) for _ in range(n)]
+    collect(sizes, size)
+    width = int(max(s[0] for s in sizes))
+    padded = np.zeros(width, dtype=np.uint8)
+    padded[:len(data)] = data
+    outs = [np.zeros(width, dtype=np.uint8) for _ in range(n)]
+    collect(outs, padded)
+    return [_decode(o, int(s[0])) for o, s in zip(outs, sizes)]
+
+
+def all_gather_object(object_list, obj, group=None) -> None:
+    """object_list[i] becomes group rank i's obj, on every rank."""
+    if resolve_group(group) is None:
+        return
+    objs = _gathered_bytes(obj, group, lambda outs, t: c.all_gather(outs, t, group=group))
+    object_list[:len(objs)] = objs
+
+
+def gather_object(obj, object_gather_list=None, dst=None, group=None) -> None:
+    """object_gather_list[i] on dst becomes group rank i's obj."""
+    g = resolve_group(group)
+    if g is None:
+        return
+    _, me = current()
+    root = resolve_peer(g, 0 if dst is None else dst, None, "dst")
+    # Sizes go to everyone (torch gathers them with all_gather too), the bytes only to the root.
+    n = g.size()
+    data = _encode(obj)
+    sizes = [np.zeros(1, dtype=np.int64) for _ in range(n)]
+    c.all_gather(sizes, np.array([len(data)], dtype=np.int64), group=group)
+    width = int(max(s[0] for s in sizes))
+    padded = np.zeros(width, dtype=np.uint8)
+    padded[:len(data)] = data
+    outs = [np.zeros(width, dtype=np.uint8) for _ in range(n)] if me == root else None
+    c.gather(padded, outs, dst=root, group=group)
+    if me == root:
+        object_gather_list[:n] = [_decode(o, int(s[0])) for o, s in zip(outs, sizes)]
+
+
+__all__ = ["all_gather_object", "broadcast_object_list", "gather_object", "get_rank"]

@@ -1,0 +1,135 @@
+"""Runs one ordinary (blocking) function per rank against the simulated clock.
+
+Each rank is a thread, but only one runs at a time: a baton passes between the scheduler and the ranks, so runs
+are deterministic. A rank runs at the current simulated time until it blocks on an event (a recv, a collective,
+a sleep); the scheduler then advances the simulation until some blocked rank's event fires. If every live rank is
+blocked and no event is pending, nothing can ever wake them: that is a deadlock, reported with what each waits for.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from ..errors import DeadlockError, RankFailed, SimcommError
+
+_local = threading.local()
+
+
+class _Aborted(BaseException):
+    """Unwinds a rank thread when the run is aborted (BaseException so user `except Exception` can't catch it)."""
+
+
+def current():
+    """(runtime, rank) of the calling rank program; a clear error outside one."""
+    rt = getattr(_local, "runtime", None)
+    if rt is None:
+        raise SimcommError("simcomm.distributed was called outside a simulated rank program: "
+                           "run the function with simcomm.spawn(fn, nprocs=N)")
+    return rt, _local.rank
+
+
+class RankRuntime:
+    """Threads for ranks, one baton, and the simulation they share."""
+
+    def __init__(self, sim, nprocs: int):
+        self.sim = sim
+        self.env = sim.env
+        self.nprocs = nprocs
+        self._resume = [threading.Semaphore(0) for _ in range(nprocs)]
+        self._baton = threading.Semaphore(0)
+        self._ready: deque[int] = deque()
+        self.waiting: dict[int, str] = {}
+        self.finished: dict[int, float] = {}
+        self.results: list = [None] * nprocs
+        self._error: BaseException | None = None
+        self._aborted = False
+        self.services: dict[str, object] = {}  # p2p matcher, collective rendezvous, groups: set up by dist
+
+    # ---- called from rank threads ------------------------------------------------------------------------
+    def wait(self, rank: int, event, what):
+        """Block rank until event fires; `what` (text, or a callable giving it) is used in deadlock reports."""
+        if event.processed:
+            return event.value
+        self.waiting[rank] = what
+        event.callbacks.append(lambda _e, r=rank: self._ready.append(r))
+        self._baton.release()
+        self._resume[rank].acquire()
+        if self._aborted:
+            raise _Aborted()
+        self.waiting.pop(rank, None)
+        return event.value
+
+    def fail(self, error: BaseException) -> None:
+        """Abort the whole run with error (raised from the calling rank, reported by spawn)."""
+        if self._error is None:
+            self._error = error
+        raise _Aborted()
+
+    # ---- scheduler (main thread) -------------------------------------------------------------------------
+    def run(self, fn, args=()) -> list:
+        old = threading.stack_size()
+        threading.stack_size(4 << 20)  # thousands of ranks must fit; user code rarely recurses deeply
+        try:
+            threads = [threading.Thread(target=self._main, args=(r, fn, args), daemon=True,
+                                        name=f"simcomm-rank-{r}") for r in range(self.nprocs)]
+            for t in threads:
+                t.start()
+        finally:
+            threading.stack_size(old)
+        self._ready.extend(range(self.nprocs))
+        try:
+            while True:
+                while self._ready and self._error is None:
+                    r = self._ready.popleft()
+                    self._resume[r].release()
+                    self._baton.acquire()
+                if self._error is not None:
+                    raise self._error
+                if len(self.finished) == self.nprocs:
+                    break
+                if self.env.peek() == float("inf"):
+                    raise self._deadlock()
+                self.env.step()
+            self.env.run()  # let in-flight work no rank waited for (an unwaited isend) finish
+        finally:
+            self._abort(threads)
+        return self.results
+
+    def _main(self, rank: int, fn, args) -> None:
+        self._resume[rank].acquire()
+        _local.runtime, _local.rank = self, rank
+        try:
+            if not self._aborted:
+                self.results[rank] = fn(rank, *args)
+                self.finished[rank] = self.env.now
+        except _Aborted:
+            pass
+        except SimcommError as exc:
+            if self._error is None:
+                self._error = exc
+        except BaseException as exc:  # noqa: BLE001 - any user failure aborts the run, reported with its rank
+            if self._error is None:
+                self._error = RankFailed(rank, exc)
+                self._error.__cause__ = exc
+        finally:
+            _local.runtime = None
+            self._baton.release()
+
+    def _abort(self, threads) -> None:
+        self._aborted = True
+        for r in range(self.nprocs):
+            if r not in self.finished:
+                self._resume[r].release()
+        for t in threads:
+            t.join(timeout=5)
+
+    def _deadlock(self) -> DeadlockError:
+        waiting = {r: (w() if callable(w) else w) for r, w in sorted(self.waiting.items())}
+        parts = [f"rank {r} waits in {what}" for r, what in waiting.items()]
+        done = sorted(self.finished)
+        if done:
+            parts.append(f"rank{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} "
+                         f"{'have' if len(done) > 1 else 'has'} finished")
+        msg = (f"deadlock at t={self.env.now * 1e6:.3f} us: every live rank is blocked and nothing is in flight: "
+               + "; ".join(parts))
+        return DeadlockError(msg, waiting)
