@@ -218,21 +218,7 @@ def build_cluster(preset: str = "hgx-h100", nodes: int = 1, fabric: str | None =
     # Build the fabric even for one node so a bad fabric name or option is reported at once.
     fab = build_fabric(fabric or p.default_fabric, nodes, template, **dict(fabric_options or {}))
     name = p.name if nodes == 1 else f"{nodes}x {p.name} ({fab.kind})"
-    cluster = Cluster(name, template, nodes, fab if nodes > 1 else None)
-    _check_nvlink_routes(cluster)
-    return cluster
-
-
-def _check_nvlink_routes(c: Cluster) -> None:
-    """Cluster routes by latency; refuse overrides that would send GPU<->GPU traffic over PCIe on an NVLink box."""
-    if not any(link.kind == "nvlink" for link in c.template.links):
-        return
-    for a in range(c.ranks_per_node):
-        for b in range(c.ranks_per_node):
-            if a != b and any(c.link_kind[j] != "nvlink" for j in c.route(a, b)):
-                raise HardwareError(f"{c.name}: with these figures the lowest-latency route from "
-                                    f"{c.rank_name(a)} to {c.rank_name(b)} avoids NVLink; keep nvlink_latency "
-                                    f"below pcie_latency so GPU<->GPU traffic stays on NVLink")
+    return Cluster(name, template, nodes, fab if nodes > 1 else None)
 
 
 def describe_preset(name: str, nodes: int = 1) -> dict:

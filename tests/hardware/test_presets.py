@@ -86,9 +86,13 @@ def test_override_errors():
         build_cluster("hgx-h100", overrides={"pcie_bandwidth": 0})
     with pytest.raises(HardwareError, match="finite number"):
         build_cluster("hgx-h100", overrides={"compute_rate": "1 PF"})
-    # Routes go by latency, so an NVLink slower than the PCIe detour would silently reroute GPU traffic.
-    with pytest.raises(HardwareError, match="avoids NVLink"):
-        build_cluster("hgx-h100", overrides={"nvlink_latency": 1e-6})
+
+
+def test_routes_prefer_bandwidth_over_latency():
+    # A slow-to-start NVLink still beats the PCIe detour: routes take the widest path first, as NCCL does.
+    c = build_cluster("hgx-h100", overrides={"nvlink_latency": 1e-6})
+    assert {c.link_kind[j] for j in c.route(0, 1)} == {"nvlink"}
+    assert c.bottleneck(0, 1) == (370.8e9, pytest.approx(2e-6))
 
 
 def test_unknown_preset_suggests():
