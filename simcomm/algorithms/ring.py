@@ -21,6 +21,8 @@ def _split(count: int, parts: int) -> tuple[int, np.ndarray]:
 
 def _chunked(rows: np.ndarray, parts: int, per: int) -> np.ndarray:
     n, count = rows.shape
+    if count == parts * per:
+        return rows.reshape(n, parts, per)  # no padding needed: a view
     padded = np.zeros((n, parts * per), dtype=rows.dtype)
     padded[:, :count] = rows
     return padded.reshape(n, parts, per)
@@ -71,7 +73,9 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
     """Reduce-scatter then all-gather around each channel's ring: 2(n-1) steps of count/(channels*n) elements.
 
     chunk_of[k] names the element block that starts at ring position k (identity by default); gloo's order is
-    the reversed ring with chunk_of[k] = -k mod n.
+    the reversed ring with chunk_of[k] = -k mod n. The numerics follow each block's partial sum as it travels:
+    at every step the receiving rank combines its own input with the partial sum it was sent, so each block is
+    reduced in exactly the ring's order; the all-gather phase only copies finished blocks.
     """
     n = coll.n
     if n == 1:
@@ -82,7 +86,8 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
     per, _ = _split(coll.count, channels * n)
     src_f, dst_f, weight, chains = _ring_flows(orders)
     nbytes = per * coll.itemsize
-    work = _chunked(buf.rows, channels * n, per).reshape(n, channels, n, per) if buf.live else None
+    x = _chunked(buf.rows, channels * n, per).reshape(n, channels, n, per) if buf.live else None
+    acc = np.empty((channels, n, per), dtype=buf.rows.dtype) if buf.live else None
     ch = np.repeat(np.arange(channels), n)
     src = orders.reshape(-1)
     dst = np.roll(orders, -1, axis=1).reshape(-1)
@@ -90,16 +95,14 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
     for s in range(n - 1):
         yield step(src_f, dst_f, nbytes, reduce=True, label=f"reduce-scatter {s + 1}/{n - 1}", weight=weight,
                    chains=chains)
-        if work is not None:
+        if x is not None:
             blk = chunk_of[(pos - s) % n]
-            work[dst, ch, blk] = _combine(buf, work[dst, ch, blk], work[src, ch, blk])
+            incoming = x[src, ch, blk] if s == 0 else acc[ch, blk]
+            acc[ch, blk] = _combine(buf, x[dst, ch, blk], incoming)
     for s in range(n - 1):
         yield step(src_f, dst_f, nbytes, label=f"all-gather {s + 1}/{n - 1}", weight=weight, chains=chains)
-        if work is not None:
-            blk = chunk_of[(pos + 1 - s) % n]
-            work[dst, ch, blk] = work[src, ch, blk]
-    if work is not None:
-        buf.rows[:] = work.reshape(n, -1)[:, :coll.count]
+    if acc is not None:
+        buf.rows = np.broadcast_to(acc.reshape(-1)[:coll.count], (n, coll.count))
 
 
 def gloo_ring_all_reduce(coll: Collective, buf: Buffers):
@@ -123,8 +126,9 @@ def _ring_blocks(coll: Collective, buf: Buffers, reduce: bool):
     channels = len(orders)
     per, _ = _split(coll.count, channels)
     src_f, dst_f, weight, chains = _ring_flows(orders)
-    work = _chunked(buf.rows.reshape(n * n, coll.count), channels, per).reshape(n, n, channels, per) \
-        if buf.live else None
+    x = _chunked(buf.rows.reshape(n * n, coll.count), channels, per).reshape(n, n, channels, per) \
+        if buf.live and reduce else None
+    acc = np.empty((n, channels, per), dtype=buf.rows.dtype) if x is not None else None
     ch = np.repeat(np.arange(channels), n)
     src = orders.reshape(-1)
     dst = np.roll(orders, -1, axis=1).reshape(-1)
@@ -133,13 +137,19 @@ def _ring_blocks(coll: Collective, buf: Buffers, reduce: bool):
     for s in range(n - 1):
         yield step(src_f, dst_f, per * coll.itemsize, reduce=reduce, label=f"{name} {s + 1}/{n - 1}",
                    weight=weight, chains=chains)
-        if work is not None:
-            # Reduce-scatter: the block owned by position j starts at j+1; all-gather: each position's own first.
-            blk = orders[ch, (pos - s - 1) % n] if reduce else orders[ch, (pos - s) % n]
-            work[dst, blk, ch] = _combine(buf, work[dst, blk, ch], work[src, blk, ch]) if reduce \
-                else work[src, blk, ch]
-    if work is not None:
-        buf.rows[:] = work.reshape(n, n, channels * per)[:, :, :coll.count].reshape(n, -1)
+        if x is not None:
+            # The block owned by the rank at ring position j starts its journey at position j+1.
+            blk = orders[ch, (pos - s - 1) % n]
+            incoming = x[src, blk, ch] if s == 0 else acc[blk, ch]
+            acc[blk, ch] = _combine(buf, x[dst, blk, ch], incoming)
+    if acc is not None:
+        result = acc.reshape(n, channels * per)[:, :coll.count]
+        blocks = buf.rows.reshape(n, n, coll.count)
+        blocks[np.arange(n), np.arange(n)] = result
+    elif buf.live:
+        # All-gather copies every rank's own block to everyone: the result is the same row on every rank.
+        blocks = buf.rows.reshape(n, n, coll.count)
+        buf.rows = np.broadcast_to(blocks[np.arange(n), np.arange(n)].reshape(-1), buf.rows.shape)
 
 
 def ring_reduce_scatter(coll: Collective, buf: Buffers):

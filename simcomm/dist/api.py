@@ -104,8 +104,17 @@ def get_world_size(group=None) -> int:
     return -1 if g is None else g.size()
 
 
-def get_group_rank(group, global_rank: int) -> int:
+def _registered(group) -> ProcessGroup:
+    """The group for a query that needs its ranks; non-members hold no group, as in torch (a ValueError)."""
     g = resolve_group(group)
+    if g is None:
+        raise DistError(f"Group {group!r} is not registered, please create group with torch.distributed.new_group "
+                        f"API (this rank is not a member of the group)")
+    return g
+
+
+def get_group_rank(group, global_rank: int) -> int:
+    g = _registered(group)
     r = g.rank_of(global_rank)
     if r < 0:
         raise DistError(f"Global rank {global_rank} is not part of group {g.name}")
@@ -113,14 +122,14 @@ def get_group_rank(group, global_rank: int) -> int:
 
 
 def get_global_rank(group, group_rank: int) -> int:
-    g = resolve_group(group)
+    g = _registered(group)
     if not 0 <= group_rank < g.size():
         raise DistError(f"Group rank {group_rank} is not part of group {g.name}")
     return g.ranks[group_rank]
 
 
 def get_process_group_ranks(group) -> list[int]:
-    return list(resolve_group(group).ranks)
+    return list(_registered(group).ranks)
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,

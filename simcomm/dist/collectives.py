@@ -63,12 +63,15 @@ def _launch(kind: str, group, count: int, dtype, rows, finish, op=ReduceOp.SUM, 
     return start
 
 
-def _rows(arrays, count: int, width: int = 1, dtype=None):
-    """Stack per-rank data into (n, width*count) rows; None if any rank has no data (size-only)."""
+def _rows(arrays, count: int):
+    """Stack per-rank data into (n, count) rows in the tensors' own dtype; None if any rank has no data.
+
+    (The rows must keep the dtype: reducing in float64 would change float32 results, corrupt int64 values above
+    2**53, drop the imaginary part of complex values and break bitwise ops.)
+    """
     if any(a is None for a in arrays):
         return None
-    return np.stack([np.ascontiguousarray(a).reshape(-1) for a in arrays]).astype(dtype, copy=False) \
-        if width == 1 else np.stack(arrays)
+    return np.stack([np.ascontiguousarray(a).reshape(-1) for a in arrays])
 
 
 def _write(tensor, values) -> None:

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import numpy as np
 
+from ..errors import DistError
 from . import collectives as c
 from .api import get_rank, get_world_size, resolve_group, resolve_peer
 from .runtime import current
@@ -18,18 +20,28 @@ def _decode(buf: np.ndarray, size: int):
     return pickle.loads(buf[:size].tobytes())
 
 
+def _not_member(name: str) -> None:
+    _, me = current()
+    warnings.warn(f"Running {name} on global rank {me} which does not belong to the given group.", stacklevel=3)
+
+
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None) -> None:
     """Replace object_list's items on every rank with src's (sizes first, then the pickled bytes)."""
     g = resolve_group(group)
     if g is None:
+        _not_member("broadcast_object_list")
         return
     _, me = current()
+    if src is None and group_src is None:
+        src = 0  # torch keeps the old default root
     root = resolve_peer(g, src, group_src, "src")
     encoded = [_encode(o) for o in object_list] if me == root else None
     sizes = np.array([len(e) for e in encoded] if encoded else [0] * len(object_list), dtype=np.int64)
     c.broadcast(sizes, src=root, group=group)
     payload = np.concatenate(encoded) if encoded else np.zeros(int(sizes.sum()), dtype=np.uint8)
     c.broadcast(payload, src=root, group=group)
+    if me == root:
+        return  # torch leaves the source's objects as they are (no round trip through pickle)
     offset = 0
     for i, size in enumerate(sizes.tolist()):
         object_list[i] = pickle.loads(payload[offset:offset + size].tobytes())
@@ -53,6 +65,7 @@ def _gathered_bytes(obj, group, collect):
 def all_gather_object(object_list, obj, group=None) -> None:
     """object_list[i] becomes group rank i's obj, on every rank."""
     if resolve_group(group) is None:
+        _not_member("all_gather_object")
         return
     objs = _gathered_bytes(obj, group, lambda outs, t: c.all_gather(outs, t, group=group))
     object_list[:len(objs)] = objs
@@ -62,9 +75,14 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None) -> None:
     """object_gather_list[i] on dst becomes group rank i's obj."""
     g = resolve_group(group)
     if g is None:
+        _not_member("gather_object")
         return
     _, me = current()
     root = resolve_peer(g, 0 if dst is None else dst, None, "dst")
+    if me == root and not object_gather_list:
+        raise DistError("Argument ``object_gather_list`` must be specified on destination rank.")
+    if me != root and object_gather_list:
+        raise DistError("Argument ``object_gather_list`` must NOT be specified on non-destination ranks.")
     # Sizes go to everyone (torch gathers them with all_gather too), the bytes only to the root.
     n = g.size()
     data = _encode(obj)

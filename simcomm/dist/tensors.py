@@ -63,6 +63,10 @@ def as_array(t) -> np.ndarray | None:
     if _is_torch(t):
         if t.device.type != "cpu":
             raise TypeError(f"simcomm needs CPU tensors, got a tensor on {t.device}")
+        if str(t.dtype) == "torch.bfloat16":
+            raise TypeError("simcomm cannot carry the data of a bfloat16 torch tensor (numpy has no bfloat16): "
+                            "use float32 tensors for values, or simcomm.size_only(shape, dtype='bfloat16') for "
+                            "timing only")
         return t.detach().numpy()
     raise TypeError(f"expected a numpy array, a simcomm SizeOnly or a CPU torch tensor, got {type(t).__name__}")
 
