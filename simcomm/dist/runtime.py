@@ -106,6 +106,8 @@ class RankRuntime:
             pass
         except SimcommError as exc:
             if self._error is None:
+                if not str(exc).startswith("rank "):  # say who made the mistake, keep the error's type
+                    exc.args = (f"rank {rank}: {exc}",) + exc.args[1:]
                 self._error = exc
         except BaseException as exc:  # noqa: BLE001 - any user failure aborts the run, reported with its rank
             if self._error is None:
