@@ -24,7 +24,10 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
     intra = cluster.intra_node[2]
     fused = cluster.device.fused_reduction
     start = sim.now
-    ready = np.full((1, coll.n), start + proto.base_latency)  # per (channel, group rank)
+    if proto.base_latency > 0:
+        yield sim.env.timeout(proto.base_latency)  # launch and setup, before any byte moves
+    ready = np.full((1, coll.n), float(sim.now))  # per (channel, group rank)
+    flat_index: dict[int, tuple] = {}
     hop_intra, hop_net = proto.hop(intra), proto.hop("net")
     seen: dict[int, tuple] = {}  # plans reuse the same flow arrays step after step
     for st in plan(coll, buffers):
@@ -41,7 +44,7 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
                                       extra_latency=extra, wire_factor=proto.wire_factor, routes=st.routes,
                                       weight=st.weight, with_latency=False)
             yield tr.done
-            ready = _chain(ready, st, tr.finish - t0 + sim.network.latency_of(tr), t0)
+            ready = _chain(ready, st, tr.finish - t0 + sim.network.latency_of(tr), t0, flat_index)
         who, amount = _reductions(st)
         if who is not None:
             per_rank = np.bincount(who, weights=reduction_bytes(np.broadcast_to(amount, who.shape)),
@@ -63,7 +66,7 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
     return sim.now
 
 
-def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float) -> np.ndarray:
+def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index: dict) -> np.ndarray:
     """Advance the latency clock: each flow's data is ready at the receiver when its sender was ready (or the
     step began) plus the flow's cost (transfer time plus latency)."""
     if st.chains is None:
@@ -77,10 +80,10 @@ def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float) -> np.ndarray:
         ready = np.vstack([ready, np.repeat(ready.max(axis=0, keepdims=True), channels - len(ready), axis=0)])
     n = ready.shape[1]
     flat = ready.reshape(-1)
-    key = (id(st.chains), n)
-    idx = _FLAT.get(key)
+    key = (id(st.chains), n)  # plans reuse one chain set for many steps: index it once per collective
+    idx = flat_index.get(key)
     if idx is None or idx[0] is not st.chains:
-        idx = _FLAT[key] = (st.chains, ch * n + src, ch * n + dst)
+        idx = flat_index[key] = (st.chains, ch * n + src, ch * n + dst)
     _, fsrc, fdst = idx
     arrival = np.maximum(flat[fsrc], t0)
     arrival += cost[flow]
@@ -88,8 +91,6 @@ def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float) -> np.ndarray:
     flat[fdst] = np.maximum(flat[fdst], arrival)
     return ready
 
-
-_FLAT: dict = {}  # flat index arrays per chain set (plans reuse one chain set for every step)
 
 
 def _max_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:

@@ -7,23 +7,30 @@ from functools import partial
 import numpy as np
 
 from ..errors import AlgorithmError
-from . import direct, ring
+from . import bruck, direct, doubling, hierarchical, nvls, ring, tree
 from .executor import execute
 from .plan import KINDS, Buffers, Collective
 from .protocols import protocol as make_protocol
 from .reduce_ops import check_op, finish, prepare
 
 ALGORITHMS: dict[str, dict[str, object]] = {
-    "all_reduce": {"ring": ring.ring_all_reduce},
-    "reduce_scatter": {"ring": ring.ring_reduce_scatter, "direct": direct.direct_reduce_scatter},
-    "all_gather": {"ring": ring.ring_all_gather, "direct": direct.direct_all_gather},
-    "broadcast": {"ring": ring.chain_broadcast, "tree": direct.binomial_broadcast},
-    "reduce": {"ring": ring.chain_reduce, "tree": direct.binomial_reduce},
+    "all_reduce": {"ring": ring.ring_all_reduce, "tree": tree.tree_all_reduce,
+                   "recursive_doubling": doubling.recursive_doubling_all_reduce,
+                   "halving_doubling": doubling.halving_doubling_all_reduce,
+                   "hierarchical": hierarchical.hierarchical_all_reduce, "nvls": nvls.nvls_all_reduce},
+    "reduce_scatter": {"ring": ring.ring_reduce_scatter, "direct": direct.direct_reduce_scatter,
+                       "halving_doubling": doubling.halving_doubling_reduce_scatter,
+                       "nvls": nvls.nvls_reduce_scatter},
+    "all_gather": {"ring": ring.ring_all_gather, "direct": direct.direct_all_gather,
+                   "recursive_doubling": doubling.recursive_doubling_all_gather, "bruck": bruck.bruck_all_gather,
+                   "nvls": nvls.nvls_all_gather},
+    "broadcast": {"ring": ring.chain_broadcast, "tree": tree.tree_broadcast, "binomial": direct.binomial_broadcast},
+    "reduce": {"ring": ring.chain_reduce, "tree": tree.tree_reduce, "binomial": direct.binomial_reduce},
     "gather": {"direct": direct.direct_gather},
     "scatter": {"direct": direct.direct_scatter},
-    "all_to_all": {"direct": direct.pairwise_all_to_all},
+    "all_to_all": {"direct": direct.pairwise_all_to_all, "bruck": bruck.bruck_all_to_all},
     "barrier": {"dissemination": direct.dissemination_barrier},
-    "sendrecv": {},
+    "sendrecv": {"direct": direct.ring_shift},
 }
 # Protocol latency table each algorithm uses (NCCL has ring and tree tables; NVLS its own).
 FAMILY = {"tree": "tree", "nvls": "nvls"}
@@ -62,9 +69,14 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     from .tuner import choose  # the tuner reads the registry, so import late
     choice = choose(sim.cluster, coll, algorithm, protocol)
     plans = ALGORITHMS[coll.kind]
+    cluster = sim.cluster
+    coll.ranks_per_node = cluster.ranks_per_node
+    coll.cluster = cluster  # NVLS plans route flows over the cluster's switch links
+    # NCCL runs one channel per NIC rail across nodes; inside one node a ring needs no more (one NVSwitch hop).
+    coll.channels = max(1, len(cluster.template.nics)) if cluster.num_nodes > 1 else 1
     plan = plans[choice.algorithm]
     if coll.kind == "all_reduce" and choice.algorithm == "ring" and numerics == "gloo":
-        plan = partial(ring.ring_all_reduce, direction=-1)
+        from .gloo import gloo_all_reduce as plan  # bitwise gloo: its segments, ring order and combine
     buf = rows if isinstance(rows, Buffers) else Buffers(rows, coll.op)
     premul = numerics == "nccl"
     reducing = coll.kind in ("all_reduce", "reduce_scatter", "reduce")
@@ -77,7 +89,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     def body():
         end = yield from execute(sim, coll, plan, buf, proto, name)
         if buf.live and reducing:
-            buf.rows[...] = finish(coll.op, buf.rows, coll.n, premul)
+            buf.rows = finish(coll.op, buf.rows, coll.n, premul)
         return end
 
     return sim.env.process(body()), buf, choice

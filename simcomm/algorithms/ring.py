@@ -167,11 +167,18 @@ def _chain(coll: Collective) -> np.ndarray:
     return (coll.root + np.arange(coll.n)) % coll.n
 
 
-def chain_broadcast(coll: Collective, buf: Buffers, slices: int = 1):
+def pipeline_slices(nbytes: int) -> int:
+    """How many slices a pipelined chain or tree cuts a buffer into (NCCL pipelines in ~128 KiB chunks)."""
+    from .tree import MAX_SLICES, SLICE_BYTES
+    return int(min(MAX_SLICES, max(1, -(-nbytes // SLICE_BYTES))))
+
+
+def chain_broadcast(coll: Collective, buf: Buffers, slices: int | None = None):
     """Root -> root+1 -> ... pipelined in `slices`: n-1+slices-1 stages of count/slices elements."""
     n = coll.n
     if n == 1:
         return
+    slices = slices or pipeline_slices(coll.count * coll.itemsize)
     order = _chain(coll)
     per, true = _split(coll.count, slices)
     work = _chunked(buf.rows, slices, per) if buf.live else None
@@ -187,11 +194,12 @@ def chain_broadcast(coll: Collective, buf: Buffers, slices: int = 1):
         buf.rows[:] = work.reshape(n, -1)[:, :coll.count]
 
 
-def chain_reduce(coll: Collective, buf: Buffers, slices: int = 1):
+def chain_reduce(coll: Collective, buf: Buffers, slices: int | None = None):
     """... -> root+1 -> root, reducing along the way, pipelined in `slices`."""
     n = coll.n
     if n == 1:
         return
+    slices = slices or pipeline_slices(coll.count * coll.itemsize)
     order = _chain(coll)[::-1]  # the far end first, the root last
     per, true = _split(coll.count, slices)
     work = _chunked(buf.rows, slices, per) if buf.live else None

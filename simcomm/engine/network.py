@@ -127,6 +127,7 @@ class FlowNetwork:
         new = (route, wire, np.zeros(len(src)), extra, w, np.full(len(src), bid),
                np.arange(len(src)))
         names = ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index")
+        self._generation += 1  # any pending finish timer was computed for the old flow set
         if len(self._route):
             for name, arr in zip(names, new):
                 setattr(self, name, np.concatenate([getattr(self, name), arr]))

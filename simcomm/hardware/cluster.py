@@ -16,24 +16,38 @@ import numpy as np
 from .model import ENDPOINT_KINDS, Fabric, HardwareError, NodeTemplate
 
 
+_M64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: a fixed, well-spread hash, so ECMP choices do not collide on regular patterns."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
 def _template_paths(t: NodeTemplate) -> tuple[dict, dict, dict]:
-    """Shortest (by latency, then hops) local paths as tuples of template link indices.
+    """Local paths as tuples of template link indices: the widest path (highest bottleneck bandwidth, as NCCL's
+    topology search prefers NVLink over PCIe), then the lowest latency, then the fewest hops.
 
     Returns (endpoint->endpoint, endpoint->its NIC, its NIC->endpoint). Endpoints never carry transit traffic.
     """
     g = nx.DiGraph()
     for j, link in enumerate(t.links):
         # A tiny per-hop term breaks latency ties in favour of fewer hops.
-        g.add_edge(link.src, link.dst, index=j, weight=link.latency + 1e-12)
+        g.add_edge(link.src, link.dst, index=j, weight=link.latency + 1e-12, bandwidth=link.bandwidth)
     endpoints = set(t.endpoints)
+    widths = sorted({link.bandwidth for link in t.links}, reverse=True)
 
     def path(a: str, b: str) -> tuple[int, ...]:
-        allowed = [v for v in g.nodes if v not in endpoints or v in (a, b)]
-        try:
-            vertices = nx.dijkstra_path(g.subgraph(allowed), a, b, weight="weight")
-        except (nx.NetworkXNoPath, nx.NodeNotFound):
-            raise HardwareError(f"{t.name}: no path from {a} to {b} inside a node") from None
-        return tuple(g.edges[u, v]["index"] for u, v in zip(vertices, vertices[1:]))
+        allowed = g.subgraph([v for v in g.nodes if v not in endpoints or v in (a, b)])
+        for width in widths:
+            wide = allowed.edge_subgraph([(u, v) for u, v, bw in allowed.edges(data="bandwidth") if bw >= width])
+            if a in wide and b in wide and nx.has_path(wide, a, b):
+                vertices = nx.dijkstra_path(wide, a, b, weight="weight")
+                return tuple(g.edges[u, v]["index"] for u, v in zip(vertices, vertices[1:]))
+        raise HardwareError(f"{t.name}: no path from {a} to {b} inside a node")
 
     pairs = {(i, j): path(a, b) for i, a in enumerate(t.endpoints) for j, b in enumerate(t.endpoints) if i != j}
     to_nic, from_nic = {}, {}
@@ -128,6 +142,39 @@ class Cluster:
         """Link ids crossed going from rank src to rank dst, in order."""
         return self.route_links[self.route_id(src, dst)]
 
+    def path_route(self, links: tuple[int, ...]) -> int:
+        """Interned id of an explicit path of link ids (e.g. GPU -> NVSwitch only, for in-switch reduction).
+
+        Shares the id space of `route_id` (see route_links / route_latency), with its own cache.
+        """
+        key = tuple(int(j) for j in links)
+        cache = self.__dict__.setdefault("_path_of", {})
+        rid = cache.get(key)
+        if rid is None:
+            bad = [j for j in key if not 0 <= j < self.num_links]
+            if bad:
+                raise HardwareError(f"{self.name}: link id(s) {bad} out of range 0..{self.num_links - 1}")
+            arr = np.asarray(key, dtype=np.int64)
+            rid = len(self.route_links)
+            self.route_links.append(arr)
+            self.route_latency.append(float(self.link_latency[arr].sum()) if len(arr) else 0.0)
+            cache[key] = rid
+        return rid
+
+    def switch_links(self, rank: int) -> tuple[int, int]:
+        """(GPU -> NVSwitch, NVSwitch -> GPU) link ids of `rank` on a node with an NVSwitch."""
+        self.check_rank(rank)
+        node, local = divmod(rank, self.ranks_per_node)
+        t = self.template
+        e = t.endpoints[local]
+        up = next((j for j, lk in enumerate(t.links) if lk.src == e and t.vertices.get(lk.dst) == "nvswitch"), None)
+        down = next((j for j, lk in enumerate(t.links) if lk.dst == e and t.vertices.get(lk.src) == "nvswitch"),
+                    None)
+        if up is None or down is None:
+            raise HardwareError(f"{self.name}: {self.rank_name(rank)} has no NVSwitch link")
+        base = node * len(t.links)
+        return base + up, base + down
+
     def _compute_route(self, src: int, dst: int) -> list[int]:
         self.check_rank(src)
         self.check_rank(dst)
@@ -163,7 +210,7 @@ class Cluster:
             if nxt is None:  # cached: a spine has one neighbour per leaf, so scanning per route is costly
                 nxt = [(v, j) for v, j in self._adjacency[here] if dist.get(v, -1) == dist[here] - 1]
                 self._next_hops[(here, b)] = nxt
-            v, j = nxt[(salt * 2654435761 + hop * 40503) % (1 << 31) % len(nxt)]
+            v, j = nxt[_mix(salt * 64 + hop) % len(nxt)]
             path.append(j)
             here, hop = v, hop + 1
         return path

@@ -1,0 +1,93 @@
+"""Hierarchical (two-level) all-reduce: reduce-scatter inside each node, all-reduce across nodes, all-gather.
+
+With N nodes of L ranks each (local index l = position among the node's ranks):
+1. intra-node ring reduce-scatter, every node at once: L-1 steps; local rank l ends with chunk l of its node's sum;
+2. inter-node ring all-reduce of chunk l among the N ranks with local index l, one ring per local index, all at
+   once (so the traffic rides every NIC rail): 2(N-1) steps of chunk/N;
+3. intra-node ring all-gather: L-1 steps.
+Total 2(L-1) + 2(N-1) steps. Needs the group to cover whole nodes (every local rank of every node it touches);
+the registry sets `coll.ranks_per_node` before running. Anything else is an AlgorithmError.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import AlgorithmError
+from .plan import Buffers, Collective, step
+from .reduce_ops import combine
+
+
+def node_grid(ranks: np.ndarray, rpn: int | None) -> np.ndarray | None:
+    """(nodes, ranks_per_node) array of group ranks, or None when the group does not cover whole nodes."""
+    if not rpn:
+        return None
+    nodes = ranks // rpn
+    order = np.lexsort((ranks, nodes))
+    uniq, counts = np.unique(nodes, return_counts=True)
+    if (counts != rpn).any() or len(np.unique(ranks)) != len(ranks):
+        return None
+    return order.reshape(len(uniq), rpn)
+
+
+def why_not(ranks: np.ndarray, rpn: int | None) -> str | None:
+    """Why hierarchical cannot run on this group (None when it can)."""
+    if not rpn:
+        return "hierarchical needs to know ranks per node (run it through run_collective)"
+    if node_grid(ranks, rpn) is None:
+        nodes, counts = np.unique(ranks // rpn, return_counts=True)
+        detail = ", ".join(f"node {a}: {b}" for a, b in list(zip(nodes.tolist(), counts.tolist()))[:6])
+        return (f"hierarchical all_reduce needs a group of whole nodes ({rpn} ranks on every node it touches); "
+                f"this group has {detail}{', ...' if len(nodes) > 6 else ''}")
+    return None
+
+
+def hierarchical_all_reduce(coll: Collective, buf: Buffers):
+    n = coll.n
+    rpn = getattr(coll, "ranks_per_node", None)
+    reason = why_not(coll.ranks, rpn)
+    if reason:
+        raise AlgorithmError(reason)
+    if n == 1:
+        return
+    grid = node_grid(coll.ranks, rpn)  # grid[k, l]: group rank of local index l on node k
+    nn, ll = grid.shape
+    sub = -(-coll.count // (ll * nn)) if coll.count else 0
+    elems = np.clip(coll.count - sub * np.arange(ll * nn), 0, sub).reshape(ll, nn)  # true size of (chunk, part)
+    chunk_bytes = elems.sum(axis=1) * coll.itemsize
+    part_bytes = elems * coll.itemsize
+    work = None
+    if buf.live:
+        padded = np.zeros((n, ll * nn * sub), dtype=buf.rows.dtype)
+        padded[:, :coll.count] = buf.rows
+        work = padded.reshape(n, ll, nn, sub)
+    loc = np.tile(np.arange(ll), nn)  # local index of each flow's sender, node-major
+    src_intra = grid.reshape(-1)
+    dst_intra = grid[:, (np.arange(ll) + 1) % ll].reshape(-1)
+    pos = np.repeat(np.arange(nn), ll)  # node position of each inter-node flow's sender
+    src_inter = grid.reshape(-1)
+    dst_inter = grid[(np.arange(nn) + 1) % nn].reshape(-1)
+    if ll > 1:
+        for s in range(ll - 1):
+            c = (loc - s - 1) % ll
+            yield step(src_intra, dst_intra, chunk_bytes[c], reduce=True, label=f"intra reduce-scatter {s + 1}")
+            if work is not None:
+                work[dst_intra, c] = combine(buf.op, work[dst_intra, c], work[src_intra, c])
+    if nn > 1:
+        for s in range(nn - 1):
+            q = (pos - s - 1) % nn
+            yield step(src_inter, dst_inter, part_bytes[loc, q], reduce=True, label=f"inter reduce-scatter {s + 1}")
+            if work is not None:
+                work[dst_inter, loc, q] = combine(buf.op, work[dst_inter, loc, q], work[src_inter, loc, q])
+        for s in range(nn - 1):
+            q = (pos - s) % nn
+            yield step(src_inter, dst_inter, part_bytes[loc, q], label=f"inter all-gather {s + 1}")
+            if work is not None:
+                work[dst_inter, loc, q] = work[src_inter, loc, q]
+    if ll > 1:
+        for s in range(ll - 1):
+            c = (loc - s) % ll
+            yield step(src_intra, dst_intra, chunk_bytes[c], label=f"intra all-gather {s + 1}")
+            if work is not None:
+                work[dst_intra, c] = work[src_intra, c]
+    if work is not None:
+        buf.rows[:] = work.reshape(n, -1)[:, :coll.count]

@@ -1,0 +1,115 @@
+"""NVLS: NVLink SHARP, where the NVSwitch itself reduces and multicasts (single-node groups on NVLS hardware).
+
+How NCCL's single-node NVLS all-reduce moves data: the buffer is split into n chunks, one per GPU. GPU j issues
+`multimem.ld_reduce` on chunk j: the switch reads chunk j from every GPU (its own included), reduces in the
+switch and returns the sum to GPU j; then GPU j issues `multimem.st`: it sends the reduced chunk up once and the
+switch writes a copy into every GPU (its own included). Per GPU and direction that is S + S/n bytes (S the
+buffer): up, all n chunks for the reduction plus its own reduced chunk for the multicast; down, its reduced
+chunk plus the n multicast copies. No GPU reduces anything: the HBM is not charged for reductions.
+
+Flow model. Flows follow explicit one-link paths (GPU -> switch on the sender's up link, switch -> GPU on the
+receiver's down link; `Cluster.path_route` / `switch_links`), since the switch, not a GPU, is the far end. NCCL
+runs the reduction and the multicast as one pipeline of small chunks, so in steady state both directions of every
+link carry both phases at once; the plan is therefore ONE step holding all four flow sets:
+  reduce-up   GPU i -> switch   S        (the n chunks it contributes)
+  reduce-down switch -> GPU j   S/n      (its reduced chunk)
+  mcast-up    GPU j -> switch   S/n      (its reduced chunk, sent once)
+  mcast-down  switch -> GPU i   S        (the n reduced chunks)
+An uncontended run takes 25 us (NCCL's NVLS latency, charged once like NCCL's model) + one link latency +
+(S + S/n) / link bandwidth. On HGX H100 (8 x 370.8 GB/s) that is ~577 GB/s busbw at large sizes, against NCCL's
+own model 2 x 0.85 x 370.8 x 15/16 = 591 GB/s. The pipeline fill (one chunk) is neglected.
+
+reduce_scatter is the reduce half (each GPU sends all n blocks up, gets its reduced block down); all_gather is
+the multicast half (each GPU sends its block up once, gets all n blocks down).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import AlgorithmError
+from .plan import Buffers, Collective, Step
+from .reduce_ops import combine
+
+
+def why_not(cluster, ranks: np.ndarray) -> str | None:
+    """Why NVLS cannot run this group on this cluster (None when it can)."""
+    if cluster is None:
+        return "nvls needs the cluster (run it through run_collective)"
+    if not cluster.template.nvls:
+        return f"nvls needs NVSwitches with NVLink SHARP; {cluster.name} has none"
+    nodes = np.unique(np.asarray(ranks) // cluster.ranks_per_node)
+    if len(nodes) > 1:
+        return f"nvls runs inside one node; this group spans {len(nodes)} nodes"
+    return None
+
+
+def _links(coll: Collective):
+    cluster = getattr(coll, "cluster", None)
+    reason = why_not(cluster, coll.ranks)
+    if reason:
+        raise AlgorithmError(reason)
+    up, down = zip(*(cluster.switch_links(int(g)) for g in coll.ranks))
+    up_routes = np.array([cluster.path_route((u,)) for u in up], dtype=np.int64)
+    down_routes = np.array([cluster.path_route((d,)) for d in down], dtype=np.int64)
+    return up_routes, down_routes
+
+
+def _step(parts, label: str) -> Step:
+    """One step from (src, dst, nbytes, routes) flow sets."""
+    src, dst, nb, routes = (np.concatenate([np.asarray(p[k], dtype=t) for p in parts])
+                            for k, t in enumerate((np.int64, np.int64, np.float64, np.int64)))
+    return Step(src, dst, nb, label=label, routes=routes)
+
+
+def _reduce_rows(buf: Buffers, x: np.ndarray) -> np.ndarray:
+    """The switch's reduction over the group (axis 0), in rank order."""
+    acc = x[0].copy()
+    for i in range(1, len(x)):
+        acc = combine(buf.op, acc, x[i])
+    return acc
+
+
+def nvls_all_reduce(coll: Collective, buf: Buffers):
+    n = coll.n
+    if n == 1:
+        return
+    up, down = _links(coll)
+    per = -(-coll.count // n)
+    chunk = np.clip(coll.count - per * np.arange(n), 0, per) * coll.itemsize
+    total = coll.count * coll.itemsize
+    r = np.arange(n)
+    yield _step([(r, r, np.full(n, total), up),  # reduce-up: every GPU's n chunks
+                 (r, r, chunk, down),  # reduce-down: chunk j, reduced, to GPU j
+                 (r, r, chunk, up),  # multicast-up: GPU j's reduced chunk, once
+                 (r, r, np.full(n, total), down)],  # multicast-down: all n reduced chunks to every GPU
+                "nvls reduce+multicast")
+    if buf.live:
+        buf.rows[:] = _reduce_rows(buf, buf.rows)
+
+
+def nvls_reduce_scatter(coll: Collective, buf: Buffers):
+    """Rows (n, n*count): GPU i sends its n blocks up, the switch returns block i reduced."""
+    n = coll.n
+    if n == 1:
+        return
+    up, down = _links(coll)
+    blk = coll.count * coll.itemsize
+    r = np.arange(n)
+    yield _step([(r, r, np.full(n, n * blk), up), (r, r, np.full(n, blk), down)], "nvls reduce-scatter")
+    if buf.live:
+        w = buf.rows.reshape(n, n, coll.count)
+        w[r, r] = _reduce_rows(buf, w)[r]
+
+
+def nvls_all_gather(coll: Collective, buf: Buffers):
+    """Rows (n, n*count): GPU j multicasts block j; every GPU receives all n blocks."""
+    n = coll.n
+    if n == 1:
+        return
+    up, down = _links(coll)
+    blk = coll.count * coll.itemsize
+    r = np.arange(n)
+    yield _step([(r, r, np.full(n, blk), up), (r, r, np.full(n, n * blk), down)], "nvls all-gather")
+    if buf.live:
+        w = buf.rows.reshape(n, n, coll.count)
+        w[:, r] = w[r, r][None]
