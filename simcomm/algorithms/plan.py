@@ -37,8 +37,10 @@ class Step:
 
 
 def step(src, dst, nbytes, reduce: bool = False, label: str = "", weight=None, chains=None) -> Step:
-    src = np.asarray(src, dtype=np.int64).ravel()
-    dst = np.asarray(dst, dtype=np.int64).ravel()
+    # Keep the caller's 1-D arrays as they are: the engine recognises a plan repeating its flows by identity.
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    src, dst = (src if src.ndim == 1 else src.ravel()), (dst if dst.ndim == 1 else dst.ravel())
     nb = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else \
         np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
     return Step(src, dst, nb, reduce, label, weight=weight, chains=chains)
