@@ -46,11 +46,13 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
             yield tr.done
             ready = _chain(ready, st, tr.finish - t0 + sim.network.latency_of(tr), t0, flat_index)
         who, amount = _reductions(st)
-        if who is not None:
+        if who is not None and len(who):
             per_rank = np.bincount(who, weights=reduction_bytes(np.broadcast_to(amount, who.shape)),
                                    minlength=coll.n)
             uniq = np.flatnonzero(per_rank)
             per_rank = per_rank[uniq]
+            if not len(uniq):  # nothing to reduce (empty chunks)
+                continue
             # Fused kernels reduce while receiving; otherwise the reduction follows the data's arrival.
             ends = sim.memory.use(ranks[uniq], per_rank, t0, label=f"{label} reduce")
             if fused:

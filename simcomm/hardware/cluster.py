@@ -31,21 +31,35 @@ def _template_paths(t: NodeTemplate) -> tuple[dict, dict, dict]:
     """Local paths as tuples of template link indices: the widest path (highest bottleneck bandwidth, as NCCL's
     topology search prefers NVLink over PCIe), then the lowest latency, then the fewest hops.
 
-    Returns (endpoint->endpoint, endpoint->its NIC, its NIC->endpoint). Endpoints never carry transit traffic.
+    Returns (endpoint->endpoint, endpoint->its NIC, its NIC->endpoint). Endpoints never carry transit traffic:
+    each endpoint is split into a source vertex (out-links only) and a sink vertex (in-links only), so one
+    Dijkstra per source finds every path, and no path can pass through a third endpoint.
     """
-    g = nx.DiGraph()
-    for j, link in enumerate(t.links):
-        # A tiny per-hop term breaks latency ties in favour of fewer hops.
-        g.add_edge(link.src, link.dst, index=j, weight=link.latency + 1e-12, bandwidth=link.bandwidth)
     endpoints = set(t.endpoints)
+    out = {e: ("out", e) for e in endpoints}
+    sink = {e: ("in", e) for e in endpoints}
     widths = sorted({link.bandwidth for link in t.links}, reverse=True)
+    graphs = []
+    for width in widths:
+        g = nx.DiGraph()
+        for j, link in enumerate(t.links):
+            if link.bandwidth >= width:
+                # A tiny per-hop term breaks latency ties in favour of fewer hops.
+                g.add_edge(out.get(link.src, link.src), sink.get(link.dst, link.dst), index=j,
+                           weight=link.latency + 1e-12)
+        graphs.append(g)
+    found: dict[object, dict] = {}
+
+    def paths_from(a) -> list[dict]:
+        if a not in found:
+            found[a] = [nx.single_source_dijkstra_path(g, a, weight="weight") if a in g else {} for g in graphs]
+        return found[a]
 
     def path(a: str, b: str) -> tuple[int, ...]:
-        allowed = g.subgraph([v for v in g.nodes if v not in endpoints or v in (a, b)])
-        for width in widths:
-            wide = allowed.edge_subgraph([(u, v) for u, v, bw in allowed.edges(data="bandwidth") if bw >= width])
-            if a in wide and b in wide and nx.has_path(wide, a, b):
-                vertices = nx.dijkstra_path(wide, a, b, weight="weight")
+        src, dst = out.get(a, a), sink.get(b, b)
+        for g, reach in zip(graphs, paths_from(src)):
+            if dst in reach:
+                vertices = reach[dst]
                 return tuple(g.edges[u, v]["index"] for u, v in zip(vertices, vertices[1:]))
         raise HardwareError(f"{t.name}: no path from {a} to {b} inside a node")
 

@@ -1,0 +1,221 @@
+"""Chrome/Perfetto trace JSON from a timeline: a process per rank (GPU or CPU process), tracks per stream, flow
+arrows for transfers, and counter tracks of link load.
+
+Collectives are named as NCCL's kernels ("ncclDevKernel_AllReduce_Sum_f32_RING_LL") with PyTorch's comm args, so
+tools such as Holistic Trace Analysis recognise them (regex ^nccl). Events on one track nest: overlapping events
+that do not nest go to another track of the same kind. CPU processes (gloo) get "gloo:all_reduce" ops instead.
+Times are whole nanoseconds (ts in us, as the format says).
+"""
+from __future__ import annotations
+
+from .links import link_usage
+
+LINKS_PID = 1_000_000
+_KERNEL = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
+           "broadcast": "Broadcast", "reduce": "Reduce", "barrier": "AllReduce"}
+_TORCH_NAME = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter",
+               "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "all_to_all", "sendrecv": "sendrecv",
+               "gather": "gather", "scatter": "scatter", "barrier": "barrier"}
+_DT = {"float32": ("f32", "Float", 4), "float16": ("f16", "Half", 2), "bfloat16": ("bf16", "BFloat16", 2),
+       "float64": ("f64", "Double", 8), "int8": ("i8", "Char", 1), "uint8": ("u8", "Byte", 1),
+       "int32": ("i32", "Int", 4), "uint32": ("u32", "UInt32", 4), "int64": ("i64", "Long", 8),
+       "uint64": ("u64", "UInt64", 8), "fp8_e4m3": ("f8e4m3", "Float8_e4m3fn", 1),
+       "fp8_e5m2": ("f8e5m2", "Float8_e5m2", 1)}
+_OP = {"sum": "Sum", "prod": "Prod", "min": "Min", "max": "Max"}
+_TRACKS = {"collective": "NCCL kernels", "send": "sends", "recv": "recvs", "hbm": "HBM", "compute": "compute"}
+_CAT = {"collective": "kernel", "send": "transfer", "recv": "transfer", "hbm": "memory", "compute": "compute"}
+
+
+def parse_label(label: str) -> dict | None:
+    """'[group ]kind:algorithm:protocol[:dtype:op]' -> its parts; None for other labels."""
+    group, _, rest = label.rpartition(" ")
+    parts = rest.split(":")
+    if len(parts) not in (3, 5) or parts[0] not in _TORCH_NAME:
+        return None
+    info = {"group": group, "kind": parts[0], "algorithm": parts[1], "protocol": parts[2]}
+    if len(parts) == 5:
+        info.update(dtype=parts[3], op=parts[4])
+    return info
+
+
+def kernel_name(info: dict) -> str:
+    """NCCL's device kernel name; dtype and op appear only when known."""
+    kind = info["kind"]
+    if kind not in _KERNEL:
+        return "ncclDevKernel_SendRecv"
+    algo, proto = info["algorithm"].upper(), info["protocol"]
+    parts = [_KERNEL[kind]]
+    if kind in ("all_reduce", "reduce_scatter", "reduce", "barrier") and "dtype" in info:
+        dt = info["dtype"]
+        op = _OP.get(info["op"]) or ("PreMulSum" if dt.startswith(("float", "bf", "fp")) else "SumPostDiv")
+        parts += [op, _DT.get(dt, (dt,))[0]]
+    return "_".join(["ncclDevKernel"] + parts + [algo, proto])
+
+
+def _ns(t: float) -> int:
+    return int(round(t * 1e9))
+
+
+def _us(ns: int) -> float:
+    # +0.1 ns so a reader that truncates us*1000 to whole ns still gets `ns` back.
+    return round(ns / 1000 + 0.0001, 4)
+
+
+def _lanes(events: list) -> list[int]:
+    """A lane per event so that events sharing a lane nest: greedy, in (start, -end) order."""
+    order = sorted(range(len(events)), key=lambda i: (events[i][0], -events[i][1], i))
+    stacks: list[list[int]] = []
+    lane = [0] * len(events)
+    for i in order:
+        s, e = events[i][0], events[i][1]
+        for k, stack in enumerate(stacks):
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if not stack or stack[-1] >= e:
+                stack.append(e)
+                lane[i] = k
+                break
+        else:
+            stacks.append([e])
+            lane[i] = len(stacks) - 1
+    return lane
+
+
+def _collective_args(a, info: dict, groups: dict) -> dict:
+    ranks = groups.get((a.label, a.start, a.end), [a.rank])
+    n = len(ranks)
+    dt = info.get("dtype")
+    size = _DT[dt][2] if dt in _DT else None
+    total = int(a.nbytes // size) if size else None
+    shard = total // n if total is not None and n else None
+    kind = info["kind"]
+    elems_in, elems_out = total, total
+    if kind == "all_gather":
+        elems_in = shard
+    elif kind == "reduce_scatter":
+        elems_out = shard
+    args = {"Collective name": _TORCH_NAME[kind], "In msg nelems": elems_in, "Out msg nelems": elems_out,
+            "Group size": n, "dtype": _DT[dt][1] if dt in _DT else "unknown",
+            "Process Group Ranks": str(ranks), "algorithm": info["algorithm"], "protocol": info["protocol"],
+            "bytes": int(a.nbytes)}
+    if info.get("group"):
+        args["Process Group Name"] = info["group"]
+    return args
+
+
+def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int = 400_000,
+                 links: bool = True) -> dict:
+    """The trace as a dict ready for json.dump."""
+    acts = list(activities)
+    gloo = cluster.device.kind == "cpu"  # CPU processes: gloo ops on the host, as PyTorch names them
+    tracks_named = {**_TRACKS, "collective": "gloo collectives", "hbm": "memory"} if gloo else _TRACKS
+    dropped = 0
+    if len(acts) > max_events:  # keep collectives and spans, drop per-flow detail
+        keep = [a for a in acts if a.kind != "send"]
+        dropped, acts = len(acts) - len(keep), keep
+    groups: dict = {}
+    for a in acts:
+        if a.kind == "collective":
+            groups.setdefault((a.label, a.start, a.end), []).append(a.rank)
+    # (pid, track) -> [(start_ns, end_ns, event dict, flow id or None, is_recv)]
+    tracks: dict[tuple[int, str], list] = {}
+    instants, flow_id = [], 0
+    for a in acts:
+        s, e = _ns(a.start), _ns(a.end)
+        if a.kind == "collective":
+            info = parse_label(a.label)
+            name = (f"gloo:{info['kind']}" if gloo else kernel_name(info)) if info else a.label
+            args = _collective_args(a, info, groups) if info else {"bytes": a.nbytes}
+        else:
+            name, args = a.label or a.kind, {"bytes": a.nbytes}
+        if e <= s and a.kind not in _TRACKS:
+            instants.append({"name": name, "cat": a.kind, "ph": "i", "s": "t", "pid": a.rank, "tid": 0,
+                             "ts": _us(s), "args": {"peer": a.peer} if a.peer >= 0 else {}})
+            continue
+        fid = None
+        if a.kind == "send" and 0 <= a.peer != a.rank:
+            flow_id += 1
+            fid = flow_id
+            args = {**args, "peer": a.peer, "links": [cluster.link_name(j) for j in a.links]}
+            ev = {"name": f"recv from {a.rank}", "cat": "transfer", "ph": "X", "args": {"bytes": a.nbytes,
+                                                                                          "peer": a.rank}}
+            tracks.setdefault((a.peer, "recv"), []).append((s, e, ev, fid))
+        cat = "cpu_op" if gloo and a.kind == "collective" else _CAT.get(a.kind, a.kind)
+        ev = {"name": name, "cat": cat, "ph": "X", "args": args}
+        tracks.setdefault((a.rank, a.kind), []).append((s, e, ev, fid))
+
+    out, names = [], {}
+    kinds = list(_TRACKS) + sorted({k for _, k in tracks if k not in _TRACKS})
+    next_tid: dict[int, int] = {}
+    for (pid, kind) in sorted(tracks, key=lambda t: (t[0], kinds.index(t[1]))):
+        items = tracks[(pid, kind)]
+        lanes = _lanes(items)
+        base = next_tid.get(pid, 1)
+        for (s, e, ev, fid), lane in zip(items, lanes):
+            tid = base + lane
+            out.append({**ev, "pid": pid, "tid": tid, "ts": _us(s), "dur": _us(e - s)})
+            if fid is not None:
+                mid = _us((s + e) // 2)
+                flow = {"name": "transfer", "cat": "transfer", "id": fid, "pid": pid, "tid": tid, "ts": mid}
+                out.append({**flow, "ph": "f", "bp": "e"} if kind == "recv" else {**flow, "ph": "s"})
+        label = tracks_named.get(kind, kind)
+        for lane in range(max(lanes) + 1):
+            names[(pid, base + lane)] = label if lane == 0 else f"{label} #{lane + 1}"
+        next_tid[pid] = base + max(lanes) + 1
+    meta = []
+    for pid in sorted({p for p, _ in tracks} | {i["pid"] for i in instants}):
+        meta += [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                  "args": {"name": f"rank {pid} ({cluster.rank_name(pid)})"}},
+                 {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+    for (pid, tid), label in sorted(names.items()):
+        meta += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}},
+                 {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
+    counters = _link_counters(acts, cluster) if links else []
+    if counters:
+        meta += [{"name": "process_name", "ph": "M", "pid": LINKS_PID, "tid": 0, "args": {"name": "links (GB/s)"}},
+                 {"name": "process_sort_index", "ph": "M", "pid": LINKS_PID, "tid": 0,
+                  "args": {"sort_index": LINKS_PID}}]
+    other = {"generator": "simcomm", "title": title, "cluster": cluster.name, "ranks": cluster.num_ranks}
+    if dropped:
+        other["dropped_transfers"] = dropped
+    return {"traceEvents": meta + out + instants + counters, "displayTimeUnit": "ns", "otherData": other}
+
+
+def _link_counters(acts, cluster, max_links: int = 64) -> list[dict]:
+    events = []
+    for u in link_usage(acts, cluster)[:max_links]:
+        name = u.name
+        for t, r in zip(u.times.tolist(), u.rates.tolist()):
+            events.append({"name": name, "ph": "C", "pid": LINKS_PID, "tid": 0, "ts": _us(_ns(t)),
+                           "args": {"GB/s": round(r / 1e9, 6)}})
+    return events
+
+
+def nesting_errors(trace: dict) -> list[str]:
+    """Problems that would stop a viewer: complete events that overlap without nesting on one track, negative or
+    non-finite times, and flow arrows without both ends. Empty when the trace is sound."""
+    import math
+    errors, tracks, flows = [], {}, {}
+    for ev in trace.get("traceEvents", []):
+        ph = ev.get("ph")
+        if ph in ("s", "f"):
+            flows.setdefault(ev.get("id"), set()).add(ph)
+        if ph != "X":
+            continue
+        ts, dur = ev.get("ts"), ev.get("dur")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (ts, dur)) or dur < 0:
+            errors.append(f"bad ts/dur in {ev.get('name')!r}: {ts}, {dur}")
+            continue
+        start = round(ts * 1000)
+        tracks.setdefault((ev.get("pid"), ev.get("tid")), []).append((start, start + round(dur * 1000), ev["name"]))
+    for (pid, tid), events in tracks.items():
+        stack: list = []
+        for s, e, name in sorted(events, key=lambda x: (x[0], -x[1])):
+            while stack and stack[-1][0] <= s:
+                stack.pop()
+            if stack and stack[-1][0] < e:
+                errors.append(f"pid {pid} tid {tid}: {name!r} [{s}, {e}] ns overlaps {stack[-1][1]!r} "
+                              f"(ends {stack[-1][0]}) without nesting")
+            stack.append((e, name))
+    errors += [f"flow {fid} has only {sorted(ends)}" for fid, ends in flows.items() if ends != {"s", "f"}]
+    return errors

@@ -1,0 +1,101 @@
+"""matplotlib PNGs (Agg backend, no display): busbw against size, a timeline per rank, link utilisation."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .links import binned, link_usage
+
+_COLORS = {"collective": "#4c72b0", "send": "#55a868", "hbm": "#c44e52", "compute": "#8172b2"}
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _size_label(x, _pos=None) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if x >= scale:
+            return f"{x / scale:g}{unit}"
+    return f"{x:g}B"
+
+
+def plot_busbw(rows, path, title: str = "") -> Path:
+    """busbw (GB/s) against size (log2), one line per collective and algorithm."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    series: dict[str, list] = {}
+    for r in rows:
+        if r.size > 0:
+            series.setdefault(f"{r.collective} ({r.requested})", []).append((r.size, r.busbw / 1e9))
+    for name, pts in series.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(_size_label))
+    ax.set_xlabel("size (nccl-tests S)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title or "bus bandwidth")
+    ax.grid(True, which="both", alpha=0.3)
+    if series:
+        ax.legend(fontsize=8)
+    return _save(fig, plt, path)
+
+
+def plot_timeline(activities, cluster, path, title: str = "", max_ranks: int = 32) -> Path:
+    """One row per rank (up to max_ranks): collectives, transfers and HBM work as bars."""
+    plt = _pyplot()
+    acts = [a for a in activities if a.rank < max_ranks and a.end > a.start and a.kind in _COLORS]
+    ranks = sorted({a.rank for a in acts}) or [0]
+    fig, ax = plt.subplots(figsize=(10, 1 + 0.35 * len(ranks)), dpi=100)
+    offsets = {"collective": 0.0, "send": 0.3, "hbm": 0.55, "compute": 0.55}
+    for kind, color in _COLORS.items():
+        bars: dict[int, list] = {}
+        for a in acts:
+            if a.kind == kind:
+                bars.setdefault(a.rank, []).append((a.start * 1e6, (a.end - a.start) * 1e6))
+        for rank, spans in bars.items():
+            ax.broken_barh(spans, (ranks.index(rank) + offsets[kind], 0.25 if kind != "collective" else 0.28),
+                           facecolors=color, label=kind if rank == min(bars) else None)
+    ax.set_yticks([i + 0.4 for i in range(len(ranks))])
+    ax.set_yticklabels([f"rank {r}" for r in ranks], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (us)")
+    ax.set_title(title or f"timeline ({cluster.name})")
+    if acts:
+        ax.legend(fontsize=7, loc="upper right")
+    return _save(fig, plt, path)
+
+
+def plot_links(activities, cluster, path, title: str = "", top: int = 8) -> Path:
+    """Utilisation over time of the busiest links, and the average utilisation of the top 24."""
+    plt = _pyplot()
+    usage = link_usage(activities, cluster)
+    span = max((a.end for a in activities), default=0.0) - min((a.start for a in activities), default=0.0)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), dpi=100)
+    t0 = min((a.start for a in activities), default=0.0)
+    for u in usage[:top]:
+        edges, rates = binned(u, t0, t0 + span)
+        ax1.stairs(100 * rates / u.capacity, edges * 1e6, label=u.name, linewidth=0.8)
+    ax1.set_xlabel("time (us)")
+    ax1.set_ylabel("utilisation (%)")
+    ax1.set_title(title or f"link utilisation ({cluster.name})")
+    if usage:
+        ax1.legend(fontsize=6, loc="upper right")
+    bars = usage[:24]
+    ax2.barh([u.name for u in bars], [100 * u.utilisation(span) for u in bars], color="#4c72b0")
+    ax2.invert_yaxis()
+    ax2.tick_params(axis="y", labelsize=6)
+    ax2.set_xlabel("average utilisation over the run (%)")
+    return _save(fig, plt, path)
+
+
+def _save(fig, plt, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path

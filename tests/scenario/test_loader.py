@@ -1,0 +1,195 @@
+"""Scenario loading: every shipped scenario validates; every kind of mistake names file, line and key path."""
+from pathlib import Path
+
+import pytest
+
+from simcomm.scenario import ScenarioError, load_scenario, load_text, with_values
+from simcomm.scenario.schema import Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+BASE = """\
+cluster:
+  preset: hgx-h100
+workload:
+  kind: perf
+  sizes: {begin: 1KiB, end: 1MiB}
+"""
+
+
+def error(text: str) -> ScenarioError:
+    with pytest.raises(ScenarioError) as info:
+        load_text(text, "s.yaml")
+    return info.value
+
+
+def test_scenarios_directory_has_the_promised_files():
+    names = {p.stem for p in SCENARIOS}
+    assert {"quickstart", "hgx-h100-allreduce", "h100-2node-ndr", "h100-16node-ndr", "dgx-a100", "pcie-box",
+            "cpu-host", "contention"} <= names
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_every_scenario_validates(path):
+    loaded = load_scenario(path)
+    assert loaded.name == (loaded.scenario.name or path.stem)
+    assert loaded.cluster.num_ranks >= 2
+
+
+def test_defaults_and_units():
+    s = load_text(BASE).scenario
+    assert s.workload.sizes.begin == 1024 and s.workload.sizes.end == 1 << 20 and s.workload.sizes.factor == 2
+    assert s.workload.collectives == ["all_reduce"] and s.workload.dtype == "float32" and s.workload.op == "sum"
+    assert s.model.detail == "auto" and s.outputs.report is True and s.outputs.plots == []
+
+
+def test_aliases_are_normalised():
+    s = load_text(BASE.replace("kind: perf", "kind: perf\n  collectives: [allreduce, AllToAll]\n  dtype: half\n"
+                               "  op: SUM")).scenario
+    assert s.workload.collectives == ["all_reduce", "all_to_all"]
+    assert s.workload.dtype == "float16" and s.workload.op == "sum"
+
+
+def test_unknown_key_gets_did_you_mean_with_line():
+    e = error(BASE.replace("  preset: hgx-h100", "  preset: hgx-h100\n  nodez: 2"))
+    assert str(e).startswith("s.yaml:3: cluster.nodez: unknown key 'nodez' (did you mean 'nodes'?)")
+    assert e.line == 3 and e.path == "cluster.nodez"
+
+
+def test_unknown_top_level_key():
+    e = error(BASE + "outptus: {trace: true}\n")
+    assert "s.yaml:6: outptus: unknown key 'outptus' (did you mean 'outputs'?)" in str(e)
+
+
+def test_missing_key_names_parent_and_key():
+    e = error(BASE.replace("{begin: 1KiB, end: 1MiB}", "{begin: 1KiB}"))
+    assert str(e) == "s.yaml:5: workload.sizes: missing required key 'end'"
+
+
+def test_bad_unit_says_expected_and_found():
+    e = error(BASE.replace("end: 1MiB", "end: 8Mb"))
+    msg = str(e)
+    assert msg.startswith("s.yaml:5: workload.sizes.end: expected a size")
+    assert "megabits" in msg and "found '8Mb'" in msg
+
+
+def test_rate_needs_a_unit():
+    e = error(BASE.replace("  preset: hgx-h100", "  preset: hgx-h100\n  overrides:\n    nic_bandwidth: 400"))
+    assert e.path == "cluster.overrides.nic_bandwidth" and e.line == 4
+    assert "a bare number is ambiguous" in str(e) and "found 400" in str(e)
+
+
+def test_wrong_type_and_range():
+    e = error(BASE.replace("  preset: hgx-h100", "  preset: hgx-h100\n  nodes: two"))
+    assert e.path == "cluster.nodes" and "expected a valid integer, found 'two'" in str(e)
+    e = error(BASE.replace("  preset: hgx-h100", "  preset: hgx-h100\n  nodes: -1"))
+    assert "cluster.nodes: expected greater than or equal to 1, found -1" in str(e)
+    e = error(BASE.replace("  preset: hgx-h100", "  preset: hgx-h100\n  nodes: 1000000"))
+    assert e.path == "cluster.nodes" and "less than or equal to 8192" in str(e)
+
+
+def test_unknown_preset_and_fabric():
+    e = error(BASE.replace("hgx-h100", "hgx-h1000"))
+    assert e.path == "cluster.preset" and "did you mean 'hgx-h100'?" in str(e)
+    e = error(BASE.replace("  preset: hgx-h100", "  preset: hgx-h100\n  nodes: 2\n  fabric: fat-tee"))
+    assert e.path == "cluster.fabric" and "did you mean 'fat-tree'?" in str(e)
+
+
+def test_unknown_workload_kind_and_missing_kind():
+    e = error(BASE.replace("kind: perf", "kind: pref"))
+    assert e.path == "workload.kind" and "(did you mean 'perf'?)" in str(e) and e.line == 4
+    e = error(BASE.replace("  kind: perf\n", ""))
+    assert e.path == "workload" and "missing required key 'kind'" in str(e)
+
+
+def test_schedule_is_not_yet():
+    e = error(BASE.replace("kind: perf", "kind: schedule\n  tensor_model_parallel_size: 2").replace(
+        "  sizes: {begin: 1KiB, end: 1MiB}\n", ""))
+    assert e.path == "workload" and "not supported yet" in str(e)
+
+
+def test_bad_yaml_empty_and_not_a_mapping():
+    assert "invalid YAML" in str(error("cluster: [1, 2\n")) and error("cluster: [1, 2\n").line is not None
+    assert str(error("")) == "s.yaml:1: the file is empty; expected a mapping with keys cluster and workload"
+    assert "found a list" in str(error("- 1\n- 2\n"))
+    e = error(BASE + "cluster: {preset: dgx-a100}\n")
+    assert e.line == 6 and e.path == "cluster" and "duplicate key (first given on line 1)" in str(e)
+
+
+def test_program_must_import():
+    text = "cluster: {preset: cpu-host}\nworkload:\n  kind: program\n  program: no_such_module_x:run\n"
+    e = error(text)
+    assert e.path == "workload.program" and e.line == 4 and "cannot import module" in str(e)
+    e = error(text.replace("no_such_module_x:run", "simcomm.workloads.programs:allreduce_chek"))
+    assert "did you mean 'allreduce_check'?" in str(e)
+    assert "expected 'package.module:function'" in str(error(text.replace("no_such_module_x:run", "nocolon")))
+
+
+def test_ranks_must_fit_the_cluster():
+    e = error(BASE + "  ranks: 9\n")
+    assert e.path == "workload.ranks" and "expected at most 8 ranks" in str(e) and e.line == 6
+
+
+def test_algorithms_are_checked_against_registry_and_hardware():
+    e = error(BASE + "model: {algorithm: rnig}\n")
+    assert e.path == "model.algorithm" and "did you mean 'ring'?" in str(e)
+    e = error(BASE.replace("hgx-h100", "pcie-4gpu") + "model: {algorithm: nvls}\n")
+    assert e.path == "model.algorithm" and "nvls cannot run all_reduce here" in str(e)
+    e = error(BASE + "  algorithms: [auto, nosuch]\n")
+    assert e.path == "workload.algorithms[1]"
+
+
+def test_contention_ranks_and_range_strings():
+    text = ("cluster: {preset: pcie-4gpu, nodes: 2}\nworkload:\n  kind: contention\n  groups:\n"
+            "    - {ranks: '0-3', size: 1MiB}\n    - {ranks: '0,4', size: 1MiB}\n")
+    s = load_text(text).scenario
+    assert s.workload.groups[0].ranks == [0, 1, 2, 3] and s.workload.groups[1].ranks == [0, 4]
+    e = error(text.replace("'0,4'", "[0, 8]"))
+    assert e.path == "workload.groups[1].ranks[1]" and e.line == 6
+    assert "expected ranks as a list" in str(error(text.replace("'0,4'", "'a-b'")))
+
+
+def test_dims_cluster_builds():
+    text = ("cluster: {topology: [Switch, Switch], npus_count: [4, 2], bandwidth: [100GB/s, 400Gbps], "
+            "latency: [1us, 2us]}\nworkload: {kind: perf, sizes: [1MiB]}\n")
+    c = load_text(text).cluster
+    assert c.num_ranks == 8 and c.ranks_per_node == 4 and c.num_nodes == 2
+    bw, lat, kind = c.intra_node
+    assert bw == pytest.approx(100e9) and lat == pytest.approx(1e-6) and kind == "nvlink"
+    assert c.inter_node[0] == pytest.approx(50e9)
+    ring = load_text(text.replace("[Switch, Switch]", "[Ring, Switch]")).cluster
+    assert len(ring.route(0, 2)) == 4  # npu0 -> r0 -> r1 -> r2 -> npu2
+    e = error(text.replace("latency: [1us, 2us]", "latency: [1us]"))
+    assert e.path == "cluster" and "one entry per dimension" in str(e)
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read the scenario"):
+        load_scenario(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"cluster: \xff\xfe\n")
+    with pytest.raises(ScenarioError, match="expected UTF-8"):
+        load_scenario(bad)
+
+
+def test_with_values_sets_dotted_paths():
+    data = {"cluster": {"preset": "x"}, "workload": {"groups": [{"size": 1}]}}
+    out = with_values(data, {"cluster.nodes": 2, "workload.groups.0.size": "1GiB", "model.protocol": "LL"})
+    assert out["cluster"] == {"preset": "x", "nodes": 2} and out["workload"]["groups"][0]["size"] == "1GiB"
+    assert out["model"] == {"protocol": "LL"} and data["cluster"] == {"preset": "x"}
+    with pytest.raises(ValueError, match="not a mapping"):
+        with_values(data, {"cluster.preset.x": 1})
+
+
+def test_schema_models_forbid_unknown_keys():
+    from simcomm.scenario.schema import SECTIONS
+    for _, model in SECTIONS:
+        if model.__name__ != "ScheduleWorkload":
+            assert model.model_config["extra"] == "forbid", model
+
+
+def test_overrides_cover_the_hardware_overrides():
+    from simcomm.hardware import OVERRIDES
+    from simcomm.scenario.schema import Overrides
+    assert set(Overrides.model_fields) == set(OVERRIDES)
+    assert Scenario.model_fields.keys() >= {"cluster", "workload", "model", "outputs", "sweep"}

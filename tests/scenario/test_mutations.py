@@ -1,0 +1,138 @@
+"""Malformed scenarios never give a traceback: mutate the shipped files and check every failure is a
+ScenarioError naming the file, a line and a key path (the mutated one, when the schema rejects the value).
+
+A few hundred cases run in CI; `pytest -m fuzz tests/scenario` runs 10,000.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from simcomm.scenario import ScenarioError, load_text
+from simcomm.scenario.loader import dotted
+from simcomm.scenario.schema import Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXTS = {p.name: p.read_text() for p in sorted((ROOT / "scenarios").glob("*.yaml"))}
+DATA = {name: yaml.safe_load(text) for name, text in TEXTS.items()}
+
+BAD_VALUES = st.sampled_from([
+    None, True, 0, -1, -(10 ** 12), 10 ** 30, 1.5, float("nan"), float("inf"), "", "x", "12 parsecs", "400G",
+    "8Mb", "-1GiB", "1e400B", "1.5B", "nosuch-preset", "hgx-h1000", "rnig", "LL256", "0-", "a:b:c", "2ms/s",
+    [], [1, "a"], {}, {"bogus": 1}, "\u00b5", "9" * 40, [[[]]], "allreduce", "Simple", "bfloat16", "-5us",
+])
+
+
+def paths(obj, prefix=()):
+    """Every key path in a nested structure (mappings and lists)."""
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += paths(v, prefix + (i,))
+    return out
+
+
+def _set(data, path, fn):
+    here = data
+    for p in path[:-1]:
+        here = here[p]
+    fn(here, path[-1])
+
+
+@st.composite
+def mutations(draw):
+    """(kind, mutated path, YAML text)."""
+    name = draw(st.sampled_from(sorted(TEXTS)))
+    kind = draw(st.sampled_from(["value", "value", "value", "delete", "rename", "add", "text"]))
+    if kind == "text":  # damage the text itself: truncate, or splice in something YAML cannot read
+        text = TEXTS[name]
+        cut = draw(st.integers(0, len(text)))
+        junk = draw(st.sampled_from(["", ":", "\t", "- [", "{", "'", "key: value: other", "!!python/object:os.system",
+                                     "&a [*a]", "? [a, b]\n: 1", "\n  bad indent: 1", "%YAML 9.9", "\x00"]))
+        return kind, (), text[:cut] + junk + text[cut:]
+    data = yaml.safe_load(TEXTS[name])
+    path = draw(st.sampled_from(paths(data)))
+    if kind == "value":
+        value = draw(BAD_VALUES)
+        _set(data, path, lambda d, k: d.__setitem__(k, value))
+    elif kind == "delete":
+        _set(data, path, lambda d, k: d.pop(k))
+    elif kind == "rename":
+        if not isinstance(path[-1], str):
+            return kind, path, yaml.safe_dump(data)
+        new = draw(st.sampled_from([path[-1] + "s", path[-1][:-1], path[-1].upper(), "x" + path[-1]]))
+
+        def rename(d, k):
+            d[new] = d.pop(k)
+        _set(data, path, rename)
+        path = path[:-1] + (new,)
+    else:
+        key = draw(st.sampled_from(["colour", "nodez", "extra", "sizes", "kind", "preset", "1"]))
+        target = data
+        for p in path:
+            if isinstance(target, dict) and p in target and isinstance(target[p], dict):
+                target = target[p]
+        if key in target:
+            return kind, path, yaml.safe_dump(data)
+        target[key] = draw(BAD_VALUES)
+        path = path[:max(0, len(path) - 1)]
+    return kind, path, yaml.safe_dump(data, allow_unicode=True)
+
+
+def _related(a: str, b: str) -> bool:
+    return a.startswith(b) or b.startswith(a)
+
+
+def check(case) -> None:
+    kind, path, text = case
+    try:
+        load_text(text, "mut.yaml")
+    except ScenarioError as exc:
+        assert exc.problems
+        for p in exc.problems:
+            assert p.file == "mut.yaml" and isinstance(p.line, int) and p.line >= 1, p
+            assert p.path or p.message.startswith(("invalid YAML", "expected a mapping", "the file is empty",
+                                                   "expected UTF-8", "missing required key")), p
+            assert "Traceback" not in p.message and p.message
+        if kind in ("value", "delete", "rename") and path:
+            try:
+                Scenario.model_validate(yaml.safe_load(text))
+            except (ValidationError, yaml.YAMLError):
+                # The schema rejects the file, so a problem must be about the mutated key (or its parent).
+                assert any(_related(p.path, dotted(path)) for p in exc.problems), (dotted(path), str(exc))
+
+
+COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+@settings(max_examples=300, **COMMON)
+@given(mutations())
+def test_mutated_scenarios_fail_cleanly(case):
+    check(case)
+
+
+FUZZ_CASES: list = []
+
+
+@settings(max_examples=10_000, **COMMON)
+@given(mutations())
+def _fuzz(case):
+    FUZZ_CASES.append(case[0])
+    check(case)
+
+
+@pytest.mark.fuzz
+def test_fuzz_mutated_scenarios():
+    """10,000 cases; deselected by default (pyproject's addopts), run with `pytest -m fuzz`."""
+    _fuzz()
+    from collections import Counter
+    print(f"\nfuzz: {len(FUZZ_CASES)} mutated scenarios, by kind {dict(Counter(FUZZ_CASES))}")
+    assert len(FUZZ_CASES) >= 10_000

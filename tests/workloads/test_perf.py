@@ -1,0 +1,70 @@
+"""The perf sweep: nccl-tests' sizes, counts and busbw factors."""
+import pytest
+
+from simcomm.algorithms import ALGORITHMS
+from simcomm.collective import sizes_between
+from simcomm.engine import Simulation
+from simcomm.hardware import build_cluster
+from simcomm.workloads.perf import expand_algorithms, run_perf
+
+FACTOR = {"all_reduce": 2 * 7 / 8, "all_gather": 7 / 8, "reduce_scatter": 7 / 8, "all_to_all": 7 / 8,
+          "broadcast": 1.0, "reduce": 1.0, "sendrecv": 1.0}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    sim = Simulation(build_cluster("hgx-h100"), "steps")
+    return run_perf(sim, list(FACTOR), [8, 1 << 12, 1 << 22, 1 << 28], dtype="float32")
+
+
+def test_busbw_factors_and_algbw(rows):
+    for r in rows:
+        assert r.algbw == pytest.approx(r.size / r.time if r.time else 0.0)
+        assert r.busbw == pytest.approx(r.algbw * FACTOR[r.collective]), r.collective
+
+
+def test_sizes_and_counts(rows):
+    by = {}
+    for r in rows:
+        by.setdefault(r.collective, []).append(r)
+    assert [r.size for r in by["all_reduce"]] == [8, 1 << 12, 1 << 22, 1 << 28]
+    assert [r.count for r in by["all_reduce"]] == [2, 1 << 10, 1 << 20, 1 << 26]
+    # all_gather's S is the whole buffer: 8 B over 8 ranks of 4-byte floats rounds down to 0, as in nccl-tests.
+    assert by["all_gather"][0].size == 0 and by["all_gather"][0].time == 0 and by["all_gather"][0].busbw == 0
+    assert all(r.time > 0 for r in rows if r.size > 0)
+    assert [r.root_column for r in by["broadcast"]] == [0] * 4 and by["broadcast"][0].redop == "none"
+    assert by["all_reduce"][0].root_column == -1 and by["sendrecv"][0].redop == "sum"
+
+
+def test_large_all_reduce_is_near_the_nvlink_rate(rows):
+    big = [r for r in rows if r.collective == "all_reduce"][-1]
+    assert big.time > [r for r in rows if r.collective == "all_reduce"][-2].time
+    assert 300e9 < big.busbw < 700e9
+
+
+def test_forced_algorithm_and_protocol():
+    sim = Simulation(build_cluster("hgx-h100"), "steps")
+    rows = run_perf(sim, ["all_reduce"], [1 << 20], algorithms=["ring"], protocol="LL128")
+    assert rows[0].algorithm == "ring" and rows[0].protocol == "LL128" and rows[0].requested == "ring"
+
+
+def test_expand_algorithms():
+    assert expand_algorithms(None, "all_reduce") == [None]
+    assert expand_algorithms(["auto", "all"], "all_reduce") == [None] + sorted(ALGORITHMS["all_reduce"])
+    assert expand_algorithms(["ring", "nosuch"], "all_to_all") == []
+    explicit = set()
+    expand_algorithms(["all", "ring"], "all_reduce", explicit)
+    assert explicit == {"ring"}
+
+
+def test_all_skips_what_cannot_run_here():
+    notes = []
+    sim = Simulation(build_cluster("pcie-4gpu"), "steps")
+    rows = run_perf(sim, ["all_reduce"], [1 << 20], algorithms=["all"], notes=notes)
+    assert "nvls" not in {r.algorithm for r in rows} and len(rows) >= 1
+    if "nvls" in ALGORITHMS["all_reduce"]:
+        assert any("skipped nvls" in n for n in notes)
+
+
+def test_sizes_between_matches_nccl_tests():
+    assert len(sizes_between(8, 8 << 30, 2)) == 31
