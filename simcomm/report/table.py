@@ -32,8 +32,9 @@ def nccl_row(row, type_name: str) -> str:
     return head + block + block
 
 
-def nccl_preamble(cluster, ranks: int, minbytes: int, maxbytes: int, factor: float, iters: int = 20,
-                  warmup: int = 5) -> list[str]:
+def nccl_preamble(cluster, ranks: int, minbytes: int, maxbytes: int, factor: float, iters: int = 1,
+                  warmup: int = 0) -> list[str]:
+    """nccl-tests' header. A simulation is deterministic: one iteration, no warm-up, and that is what it says."""
     step = f"{factor:g}(factor)"
     lines = [f"# nThread 1 nGpus {ranks} minBytes {minbytes} maxBytes {maxbytes} step: {step} warmup iters: "
              f"{warmup} iters: {iters} agg iters: 1 validation: 0 graph: 0", "#", "# Using devices"]
