@@ -36,8 +36,8 @@ root's sum by N.
 reduce_scatter: both forms are all_reduces, then each rank keeps its block:
 - reduce_scatter_tensor (flat input of N*count): ONE all_reduce of the whole N*count input (segments over N*count).
 - reduce_scatter (list of N tensors): each input block is all-reduced on its own (segments over count), i.e. block
-  j gets exactly the all_reduce(block j) result. The op is honoured (MAX gives max; the "always sums" quirk of
-  some older releases is not in 2.13). AVG = SUM / N as for all_reduce.
+  j gets exactly the all_reduce(block j) result. The op is honoured (MAX gives max: the "always sums" quirk
+  reported in pytorch#162338 does not show in 2.13). AVG = SUM / N as for all_reduce.
 
 broadcast, all_gather (list and into_tensor), gather, scatter, all_to_all (list and single), send/recv: exact
 byte copies, no arithmetic (checked bitwise on random float32, including odd sizes).

@@ -62,6 +62,7 @@ class Collective:
     op: ReduceOp = field(default_factory=lambda: ReduceOp.SUM)
     root: int = 0
     splits: np.ndarray | None = None
+    variant: str = ""  # "list" for torch's list reduce_scatter (gloo reduces each block on its own)
 
     def __post_init__(self):
         self.ranks = np.asarray(self.ranks, dtype=np.int64)

@@ -65,6 +65,10 @@ def check_op(op: ReduceOp, dtype: np.dtype, backend: str = "nccl") -> None:
         raise AlgorithmError(f"all_reduce does not support ReduceOp.{op.name} on complex tensors")
     if op.name == "PREMUL_SUM" and backend == "gloo":
         raise AlgorithmError("ReduceOp.PREMUL_SUM is only supported by the nccl backend")
+    if op.name == "AVG" and backend == "gloo" and dtype.kind in "iub":
+        # torch 2.13's gloo sums, then divides in floating point and cannot cast back (measured).
+        raise AlgorithmError(f"ReduceOp.AVG on {dtype.name} tensors fails on gloo: result type Float can't be "
+                             f"cast to the desired output type; use SUM and divide, or a floating dtype")
 
 
 def combine(op: ReduceOp, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

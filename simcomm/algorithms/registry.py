@@ -48,6 +48,14 @@ class Choice:
     predicted: float | None = None  # seconds, from the tuner's model, when the tuner chose
 
 
+def _gloo_plan(coll: Collective, default):
+    """gloo's own ring for the reductions, bitwise (its segments, ring order and combine)."""
+    from . import gloo
+    if coll.kind == "reduce_scatter":
+        return gloo.gloo_reduce_scatter_list if coll.variant == "list" else gloo.gloo_reduce_scatter
+    return {"all_reduce": gloo.gloo_all_reduce, "reduce": gloo.gloo_reduce}.get(coll.kind, default)
+
+
 def algorithms_for(kind: str) -> list[str]:
     if kind not in ALGORITHMS:
         raise AlgorithmError(f"unknown collective {kind!r}; expected one of {', '.join(KINDS)}")
@@ -75,8 +83,8 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     # NCCL runs one channel per NIC rail across nodes; inside one node a ring needs no more (one NVSwitch hop).
     coll.channels = max(1, len(cluster.template.nics)) if cluster.num_nodes > 1 else 1
     plan = plans[choice.algorithm]
-    if coll.kind == "all_reduce" and choice.algorithm == "ring" and numerics == "gloo":
-        from .gloo import gloo_all_reduce as plan  # bitwise gloo: its segments, ring order and combine
+    if numerics == "gloo" and algorithm in (None, "ring"):
+        plan = _gloo_plan(coll, plan)
     buf = rows if isinstance(rows, Buffers) else Buffers(rows, coll.op)
     premul = numerics == "nccl"
     reducing = coll.kind in ("all_reduce", "reduce_scatter", "reduce")

@@ -2,8 +2,7 @@
 
 Buffers are viewed as (ranks, chunks, chunk_elements), padded so chunks are equal; padding only ever meets
 padding, so it never touches results. A ring step moves one chunk per rank to its neighbour, all ranks at once.
-`direction=-1` runs the ring backwards, which gives gloo's summation order (chunk c accumulates from x[c-1] down
-to x[c]).
+gloo's own ring (its segmentation and order, bitwise) lives in gloo.py.
 """
 from __future__ import annotations
 
@@ -72,8 +71,7 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
                     chunk_of: np.ndarray | None = None):
     """Reduce-scatter then all-gather around each channel's ring: 2(n-1) steps of count/(channels*n) elements.
 
-    chunk_of[k] names the element block that starts at ring position k (identity by default); gloo's order is
-    the reversed ring with chunk_of[k] = -k mod n. The numerics follow each block's partial sum as it travels:
+    chunk_of[k] names the element block that starts at ring position k (identity by default). The numerics follow each block's partial sum as it travels:
     at every step the receiving rank combines its own input with the partial sum it was sent, so each block is
     reduced in exactly the ring's order; the all-gather phase only copies finished blocks.
     """
@@ -103,13 +101,6 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
         yield step(src_f, dst_f, nbytes, label=f"all-gather {s + 1}/{n - 1}", weight=weight, chains=chains)
     if acc is not None:
         buf.rows = np.broadcast_to(acc.reshape(-1)[:coll.count], (n, coll.count))
-
-
-def gloo_ring_all_reduce(coll: Collective, buf: Buffers):
-    """The ring backwards (rank r sends to r-1): chunk c accumulates x[c-1], x[c-2], ..., x[c], as gloo does."""
-    n = coll.n
-    order = np.arange(n)[::-1][None, :]
-    yield from ring_all_reduce(coll, buf, order, (n - np.arange(n)) % n)
 
 
 def _combine(buf: Buffers, local: np.ndarray, incoming: np.ndarray) -> np.ndarray:

@@ -46,11 +46,12 @@ def _config(kind: str) -> dict:
     return {"algorithm": algo, "protocol": cfg.get("protocol"), "numerics": cfg.get("numerics", "nccl")}
 
 
-def _launch(kind: str, group, count: int, dtype, rows, finish, op=ReduceOp.SUM, root: int = 0, splits=None):
+def _launch(kind: str, group, count: int, dtype, rows, finish, op=ReduceOp.SUM, root: int = 0, splits=None,
+            variant: str = ""):
     """A runner body: run the group-level collective, then `finish(rows)` writes results back; fires done."""
     rt, _ = current()
     sim = rt.sim
-    coll = Collective(kind, np.asarray(group.ranks), count, dtype, op, root, splits)
+    coll = Collective(kind, np.asarray(group.ranks), count, dtype, op, root, splits, variant)
 
     def start(done):
         proc, buf, _choice = run_collective(sim, coll, rows, **_config(kind))
@@ -168,7 +169,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
         def finish(r):
             for i, t in enumerate(outs):
                 _write(t, r[i, i * c:(i + 1) * c])
-        _launch("reduce_scatter", g, c, dtype_of(output), rows, finish, op)(done)
+        _launch("reduce_scatter", g, c, dtype_of(output), rows, finish, op, variant="list")(done)
     return _start("reduce_scatter", group, sig, (output, input_list), runner, async_op)
 
 

@@ -695,5 +695,7 @@ def test_avg_of_integers_truncates_like_c():
         dist.all_reduce(t, op=dist.ReduceOp.AVG)
         return t.tolist()
 
-    for cluster in ("hgx-h100", "cpu-host"):
-        assert spawn(fn, 4, cluster=cluster).results == [[1, -1, 7]] * 4
+    # NCCL sums, then divides truncating like C; torch 2.13's gloo cannot cast its float quotient back (measured).
+    assert spawn(fn, 4, cluster="hgx-h100").results == [[1, -1, 7]] * 4
+    with pytest.raises(simcomm.AlgorithmError, match="AVG on int64 tensors fails on gloo"):
+        spawn(fn, 4, cluster="cpu-host")
