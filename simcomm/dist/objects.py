@@ -97,4 +97,28 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None) -> None:
         object_gather_list[:n] = [_decode(o, int(s[0])) for o, s in zip(outs, sizes)]
 
 
+def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
+                        group_src=None) -> None:
+    """scatter_object_output_list[0] on group rank i becomes src's scatter_object_input_list[i]."""
+    g = resolve_group(group)
+    if g is None:
+        return
+    _, me = current()
+    root = resolve_peer(g, 0 if src is None and group_src is None else src, group_src, "src")
+    n = g.size()
+    if me == root and (scatter_object_input_list is None or len(scatter_object_input_list) != n):
+        raise DistError(f"scatter_object_input_list on the source rank must hold {n} objects")
+    encoded = [_encode(o) for o in scatter_object_input_list] if me == root else None
+    # The widest pickle first (a broadcast), then each rank's padded bytes and its true size (scatters).
+    width = np.array([max(len(e) for e in encoded)] if encoded else [0], dtype=np.int64)
+    c.broadcast(width, src=root, group=group)
+    w = int(width[0])
+    padded = [np.pad(e, (0, w - len(e))) for e in encoded] if encoded else None
+    sizes = [np.array([len(e)], dtype=np.int64) for e in encoded] if encoded else None
+    out, size = np.zeros(w, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+    c.scatter(out, padded, src=root, group=group)
+    c.scatter(size, sizes, src=root, group=group)
+    scatter_object_output_list[0] = _decode(out, int(size[0]))
+
+
 __all__ = ["all_gather_object", "broadcast_object_list", "gather_object", "get_rank"]

@@ -115,3 +115,22 @@ def test_object_collectives_cost_simulated_time():
     assert all(res.results)
     assert res.elapsed > 0
     assert sum(a.nbytes for a in res.timeline if a.kind == "send") >= 3 * 4 * 100_000
+
+
+def test_scatter_object_list_and_torch_213_single_tensor_names():
+    def fn(rank):
+        out = [None]
+        objs = [{"rank": i, "tag": "x" * i} for i in range(4)] if rank == 1 else None
+        dist.scatter_object_list(out, objs, src=1)
+        gathered = np.zeros(8, dtype=np.float32)
+        dist.all_gather_single(gathered, np.full(2, rank, dtype=np.float32))
+        shard = np.zeros(2, dtype=np.float32)
+        dist.reduce_scatter_single(shard, np.arange(8, dtype=np.float32))
+        dist.monitored_barrier()
+        return out[0], gathered.tolist(), shard.tolist()
+
+    results = spawn(fn, nprocs=4).results
+    for rank, (obj, gathered, shard) in enumerate(results):
+        assert obj == {"rank": rank, "tag": "x" * rank}
+        assert gathered == [0, 0, 1, 1, 2, 2, 3, 3]
+        assert shard == [8 * rank, 8 * rank + 4]
