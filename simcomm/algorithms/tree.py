@@ -152,7 +152,10 @@ def _lag_estimate(parent: np.ndarray, node: np.ndarray) -> np.ndarray:
 def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], count: int, up: bool, down: bool,
                     rows: np.ndarray | None, label: str):
     """Run the tree instances `parents` pipelined; instance i owns the i-th of len(parents) equal segments of
-    the `count` elements of `rows` (n, count). up: reduce toward the roots; down: broadcast from the roots."""
+    the `count` elements of `rows` (n, count). up: reduce toward the roots; down: broadcast from the roots.
+
+    With down, every rank ends with what the roots hold, so the data is not copied stage by stage: the plan
+    returns the roots' final values (count elements) for the caller to hand to every rank."""
     n, m = coll.n, len(parents)
     seg = -(-count // m)
     slices = choose_slices(seg * coll.itemsize)
@@ -161,7 +164,9 @@ def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], c
     ends = np.minimum(np.arange(m)[:, None] * seg + np.minimum((np.arange(slices)[None, :] + 1) * per, seg), count)
     true_bytes = np.clip(ends - starts, 0, None) * coll.itemsize  # (instance, slice)
     work = None
-    if rows is not None:
+    if rows is not None and m * seg == count and slices * per == seg:
+        work = rows.reshape(n, m, slices, per)  # no padding needed: reduce in place
+    elif rows is not None:
         padded = np.zeros((n, m * seg), dtype=rows.dtype)
         padded[:, :count] = rows
         work = padded.reshape(n, m, seg)
@@ -225,10 +230,14 @@ def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], c
                 for k in np.unique(s) if len(s) else ():
                     q = s == k
                     work[p[q], i[q], js[q]] = combine(buf.op, work[p[q], i[q], js[q]], work[v[q], i[q], js[q]])
-            if down:
-                work[vd, idn, jd] = work[pd, idn, jd]
-    if work is not None:
+    if work is None:
+        return None
+    if down:
+        roots = np.array([int(np.flatnonzero(parent < 0)[0]) for parent in parents])
+        return work[roots, np.arange(m)].reshape(-1)[:count]
+    if work.base is not rows and work is not rows:
         rows[:] = work.reshape(n, -1)[:, :count]
+    return None
 
 
 # ---- plans ------------------------------------------------------------------------------------------------
@@ -237,16 +246,20 @@ def tree_all_reduce(coll: Collective, buf: Buffers):
     if coll.n == 1:
         return
     parents = double_tree_parents(coll)
-    yield from pipelined_trees(coll, buf, parents, coll.count, True, True, buf.rows if buf.live else None,
-                               "tree all-reduce")
+    final = yield from pipelined_trees(coll, buf, parents, coll.count, True, True,
+                                       buf.rows if buf.live else None, "tree all-reduce")
+    if final is not None:
+        buf.rows = np.broadcast_to(final, (coll.n, coll.count))
 
 
 def tree_broadcast(coll: Collective, buf: Buffers):
     """Pipelined binary tree from the root: depth + slices - 1 stages."""
     if coll.n == 1:
         return
-    yield from pipelined_trees(coll, buf, [rooted_tree_parent(coll)], coll.count, False, True,
-                               buf.rows if buf.live else None, "tree broadcast")
+    final = yield from pipelined_trees(coll, buf, [rooted_tree_parent(coll)], coll.count, False, True,
+                                       buf.rows if buf.live else None, "tree broadcast")
+    if final is not None:
+        buf.rows = np.broadcast_to(final, (coll.n, coll.count))
 
 
 def tree_reduce(coll: Collective, buf: Buffers):
