@@ -88,10 +88,3 @@ class P2PMatcher:
             recv.event.succeed(src)
 
         transfer.done.callbacks.append(deliver)
-
-    def pending(self) -> list[str]:
-        """Unmatched posts, for reports."""
-        out = [f"send {p.rank}->{p.peer} tag {p.tag}" for q in self._sends.values() for p in q]
-        out += [f"recv {p.peer}->{p.rank} tag {p.tag}" for q in self._recvs.values() for p in q]
-        out += [f"recv any->{p.rank} tag {p.tag}" for q in self._any_recvs.values() for p in q]
-        return out

@@ -13,7 +13,7 @@ from functools import cached_property
 import networkx as nx
 import numpy as np
 
-from .model import ENDPOINT_KINDS, Fabric, HardwareError, NodeTemplate
+from .model import Fabric, HardwareError, NodeTemplate
 
 
 _M64 = (1 << 64) - 1
@@ -330,7 +330,3 @@ class Cluster:
                            "nics_per_node": len(self.template.nics)},
             "nvls": self.template.nvls, "links": self.num_links, "sources": list(self.template.sources),
         }
-
-
-def is_endpoint(kind: str) -> bool:
-    return kind in ENDPOINT_KINDS
