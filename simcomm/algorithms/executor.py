@@ -56,7 +56,8 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
             # Fused kernels reduce while receiving; otherwise the reduction follows the data's arrival.
             ends = sim.memory.use(ranks[uniq], per_rank, t0, label=f"{label} reduce")
             if fused:
-                ready[:, uniq] = np.maximum(ready[:, uniq], ends)
+                if ends.max() > ready.min():  # the reduction can only matter where memory is the bottleneck
+                    ready[:, uniq] = np.maximum(ready[:, uniq], ends)
             else:
                 ready[:, uniq] += per_rank / sim.memory.rate
             if ends.max() > sim.now:
