@@ -225,11 +225,12 @@ def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], c
         if red is not None and len(red[0]):
             st.local_reduce = red
         yield st
-        if work is not None:
-            if up:
-                for k in np.unique(s) if len(s) else ():
-                    q = s == k
-                    work[p[q], i[q], js[q]] = combine(buf.op, work[p[q], i[q], js[q]], work[v[q], i[q], js[q]])
+        if work is not None and up:
+            # Each (edge, slice) is one contiguous block: combine it in place, siblings in order (first child
+            # first), which is the order the parent receives them in.
+            for e in np.lexsort((v, s)).tolist():
+                block = work[p[e], i[e], js[e]]
+                combine(buf.op, block, work[v[e], i[e], js[e]], out=block)
     if work is None:
         return None
     if down:
