@@ -92,7 +92,8 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
         buf.rows[...] = prepare(coll.op, buf.rows, coll.n, premul)
     family = FAMILY.get(choice.algorithm, "ring")
     proto = make_protocol(choice.protocol, family, sim.cluster.device.kind)
-    name = label or f"{coll.kind}:{choice.algorithm}:{proto.name}"
+    op = {"PRODUCT": "prod"}.get(coll.op.name, coll.op.name.lower())
+    name = label or f"{coll.kind}:{choice.algorithm}:{proto.name}:{coll.dtype.name}:{op}"
 
     def body():
         end = yield from execute(sim, coll, plan, buf, proto, name)
