@@ -243,6 +243,8 @@ class FlowNetwork:
         spans = np.clip(np.minimum(ends, elapsed) - seg_starts, 0, None)
         sent = spans @ seg_rates
         live = ~done
+        if not live.any():
+            return  # it finished at this very instant
         bid = self._next_bid
         self._next_bid += 1
         self._batches[bid] = t
