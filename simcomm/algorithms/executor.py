@@ -55,9 +55,15 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
                 continue
             # Fused kernels reduce while receiving; otherwise the reduction follows the data's arrival.
             ends = sim.memory.use(ranks[uniq], per_rank, t0, label=f"{label} reduce")
-            if fused:
-                if ends.max() > ready.min():  # the reduction can only matter where memory is the bottleneck
-                    ready[:, uniq] = np.maximum(ready[:, uniq], ends)
+            if fused and st.chains is not None and len(st.src):
+                # Only the chains this step fed wait for the reduction (their receivers, on their channels).
+                hbm = np.full(coll.n, -np.inf)
+                hbm[uniq] = ends
+                _, fdst = flat_index[(id(st.chains), ready.shape[1])][1:]
+                flat = ready.reshape(-1)
+                flat[fdst] = np.maximum(flat[fdst], hbm[st.chains[2]])
+            elif fused:
+                ready[:, uniq] = np.maximum(ready[:, uniq], ends)
             else:
                 ready[:, uniq] += per_rank / sim.memory.rate
             if ends.max() > sim.now:

@@ -17,18 +17,32 @@ def max_min_rates(class_links: list[np.ndarray], counts: np.ndarray, capacity: n
     A class with no links (nothing to cross) gets an infinite rate.
     """
     num = len(class_links)
-    rates = np.zeros(num)
     lengths = np.fromiter((len(x) for x in class_links), dtype=np.int64, count=num)
+    flat = np.concatenate([x for x in class_links if len(x)]) if lengths.any() else np.empty(0, np.int64)
+    return _fill(lengths, flat, counts, capacity)
+
+
+def max_min_rates_csr(lengths: np.ndarray, starts: np.ndarray, links: np.ndarray, counts: np.ndarray,
+                      capacity: np.ndarray) -> np.ndarray:
+    """max_min_rates with class c's links given as links[starts[c]:starts[c] + lengths[c]] (no Python loop)."""
+    total = int(lengths.sum())
+    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return _fill(lengths, links[np.arange(total) + offsets], counts, capacity)
+
+
+def _fill(lengths: np.ndarray, pair_link_global: np.ndarray, counts: np.ndarray, capacity: np.ndarray):
+    """Progressive filling over (class, link) pairs listed class by class."""
+    num = len(lengths)
+    rates = np.zeros(num)
     empty = lengths == 0
     rates[empty] = np.inf
     if empty.all():
         return rates
     pair_class = np.repeat(np.arange(num), lengths)
-    pair_link_global = np.concatenate([x for x in class_links if len(x)])
     links, pair_link = np.unique(pair_link_global, return_inverse=True)
     residual = capacity[links].astype(np.float64)
     full = capacity[links] * _SATURATED
-    weight = counts.astype(np.float64)[pair_class]
+    weight = np.asarray(counts, dtype=np.float64)[pair_class]
     frozen = empty.copy()
     while not frozen.all():
         live = ~frozen[pair_class]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from .maxmin import max_min_rates
+from .maxmin import max_min_rates_csr
 
 
 @dataclass(eq=False)
@@ -183,8 +183,8 @@ class FlowNetwork:
             return
         classes, inverse = np.unique(self._route, return_inverse=True)
         counts = np.bincount(inverse, weights=self._weight)
-        links = [self.cluster.route_links[r] for r in classes]
-        self._rate = max_min_rates(links, counts, self.capacity)[inverse]
+        lengths, starts, links = self.cluster.route_csr()
+        self._rate = max_min_rates_csr(lengths[classes], starts[classes], links, counts, self.capacity)[inverse]
         if len(self._rates_cache) > 4096:
             self._rates_cache.clear()
         self._rates_cache[key] = self._rate

@@ -121,6 +121,9 @@ class Cluster:
         self._next_hops: dict[tuple[str, str], list[tuple[str, int]]] = {}
         self._route_of: dict[tuple[int, int], int] = {}
         self.route_links: list[np.ndarray] = []
+        self._csr = None  # route_links as one array (rebuilt when routes are added)
+        self._sorted_keys = np.empty(0, dtype=np.int64)  # src * num_ranks + dst of routed pairs, sorted
+        self._sorted_rids = np.empty(0, dtype=np.int64)
         self.route_latency: list[float] = []
 
     # ---- ranks -------------------------------------------------------------------------------------------
@@ -147,10 +150,33 @@ class Cluster:
             self._route_of[key] = rid
         return rid
 
+    def route_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lengths, starts, links) of every route so far: route r is links[starts[r]:starts[r] + lengths[r]]."""
+        if self._csr is None or len(self._csr[0]) != len(self.route_links):
+            lengths = np.fromiter((len(x) for x in self.route_links), dtype=np.int64, count=len(self.route_links))
+            links = np.concatenate(self.route_links) if len(self.route_links) else np.empty(0, np.int64)
+            self._csr = (lengths, np.cumsum(lengths) - lengths, links.astype(np.int64))
+        return self._csr
+
     def route_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Route ids for arrays of source and destination ranks."""
-        return np.fromiter((self.route_id(int(s), int(d)) for s, d in zip(src, dst)), dtype=np.int64,
-                           count=len(src))
+        """Route ids for arrays of source and destination ranks (a sorted-key lookup; new pairs are routed)."""
+        keys = np.asarray(src, dtype=np.int64) * self.num_ranks + np.asarray(dst, dtype=np.int64)
+        out = np.empty(len(keys), dtype=np.int64)
+        hit = np.zeros(len(keys), dtype=bool)
+        if len(self._sorted_keys):
+            pos = np.minimum(np.searchsorted(self._sorted_keys, keys), len(self._sorted_keys) - 1)
+            hit = self._sorted_keys[pos] == keys
+            out[hit] = self._sorted_rids[pos[hit]]
+        if not hit.all():
+            new = np.unique(keys[~hit])
+            rids = np.fromiter((self.route_id(int(k) // self.num_ranks, int(k) % self.num_ranks) for k in new),
+                               dtype=np.int64, count=len(new))
+            all_keys = np.concatenate([self._sorted_keys, new])
+            order = np.argsort(all_keys, kind="stable")
+            self._sorted_keys = all_keys[order]
+            self._sorted_rids = np.concatenate([self._sorted_rids, rids])[order]
+            out[~hit] = rids[np.searchsorted(new, keys[~hit])]
+        return out
 
     def route(self, src: int, dst: int) -> np.ndarray:
         """Link ids crossed going from rank src to rank dst, in order."""
