@@ -44,7 +44,9 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
                                       extra_latency=extra, wire_factor=proto.wire_factor, routes=st.routes,
                                       weight=st.weight, with_latency=False)
             yield tr.done
-            ready = _chain(ready, st, tr.finish - t0 + sim.network.latency_of(tr), t0, flat_index)
+            cost = tr.finish - t0 + sim.network.latency_of(tr)
+            ready = _chain(ready, st, cost, t0, flat_index)
+            floor = t0 + float(cost.min())  # no receiver of this step is ready before this
         who, amount = _reductions(st)
         if who is not None and len(who):
             per_rank = np.bincount(who, weights=reduction_bytes(np.broadcast_to(amount, who.shape)),
@@ -55,7 +57,9 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
                 continue
             # Fused kernels reduce while receiving; otherwise the reduction follows the data's arrival.
             ends = sim.memory.use(ranks[uniq], per_rank, t0, label=f"{label} reduce")
-            if fused and st.chains is not None and len(st.src):
+            if fused and len(st.src) and ends.max() <= floor:
+                pass  # the reduction finished before any data it feeds could move on
+            elif fused and st.chains is not None and len(st.src):
                 # Only the chains this step fed wait for the reduction (their receivers, on their channels).
                 hbm = np.full(coll.n, -np.inf)
                 hbm[uniq] = ends
