@@ -116,19 +116,17 @@ def recursive_doubling_all_gather(coll: Collective, buf: Buffers):
 
 
 # ---- halving-doubling ---------------------------------------------------------------------------------
-def _halving(coll, buf, p, vreal, sizes, work, label):
-    """Recursive-halving reduce-scatter over p chunks held by the virtual ranks (work: (n, p, ...) or None)."""
+def _halving(p, vreal, sizes, label, apply=None):
+    """Recursive-halving reduce-scatter over p virtual chunks: at distance m, virtual rank v sends its partner
+    the chunks the partner keeps. `apply(src, dst, chunks)` moves the data (real ranks, chunk indices per v)."""
     v = np.arange(p)
     m = 1
     while m < p:
         partner = v ^ m
         nbytes = _class_sum(sizes, m)[partner & (2 * m - 1)]
         yield step(vreal[v], vreal[partner], nbytes, reduce=True, label=f"{label} x{m}")
-        if work is not None:
-            c = _held(partner, m, p)  # what v sends: the chunks its partner keeps
-            d = vreal[partner][:, None]
-            s = vreal[v][:, None]
-            work[d, c] = combine(buf.op, work[d, c], work[s, c])
+        if apply is not None:
+            apply(vreal[v], vreal[partner], _held(partner, m, p))
         m *= 2
 
 
@@ -165,7 +163,11 @@ def halving_doubling_all_reduce(coll: Collective, buf: Buffers):
         padded = np.zeros((n, p * per), dtype=rows.dtype)
         padded[:, :coll.count] = rows
         work = padded.reshape(n, p, per)
-    yield from _halving(coll, buf, p, vreal, sizes, work, "reduce-scatter")
+
+    def reduce_chunks(src, dst, chunks):
+        work[dst[:, None], chunks] = combine(buf.op, work[dst[:, None], chunks], work[src[:, None], chunks])
+
+    yield from _halving(p, vreal, sizes, "reduce-scatter", reduce_chunks if work is not None else None)
     yield from _doubling(coll, p, vreal, sizes, work, "all-gather")
     if rows is not None:
         rows[vreal] = work.reshape(n, -1)[vreal, :coll.count]
@@ -190,19 +192,13 @@ def halving_doubling_reduce_scatter(coll: Collective, buf: Buffers):
             w[extras + 1] = combine(buf.op, w[extras + 1], w[extras])
     lo, hi = _block_ranges(n, p, rem)
     sizes = ((hi - lo) * blk).astype(np.float64)
-    v = np.arange(p)
-    m = 1
-    while m < p:
-        partner = v ^ m
-        nbytes = _class_sum(sizes, m)[partner & (2 * m - 1)]
-        yield step(vreal[v], vreal[partner], nbytes, reduce=True, label=f"reduce-scatter x{m}")
-        if w is not None:
-            chunks = _held(partner, m, p)  # virtual chunks v sends
-            for a in range(p):
-                blocks = np.concatenate([np.arange(lo[c], hi[c]) for c in chunks[a]])
-                d, s = vreal[partner[a]], vreal[a]
-                w[d, blocks] = combine(buf.op, w[d, blocks], w[s, blocks])
-        m *= 2
+    def reduce_blocks(src, dst, chunks):
+        # Chunks here are uneven runs of whole blocks, so each virtual rank's share is gathered on its own.
+        for a in range(p):
+            blocks = np.concatenate([np.arange(lo[c], hi[c]) for c in chunks[a]])
+            w[dst[a], blocks] = combine(buf.op, w[dst[a], blocks], w[src[a], blocks])
+
+    yield from _halving(p, vreal, sizes, "reduce-scatter", reduce_blocks if w is not None else None)
     if rem:
         yield step(extras + 1, extras, blk, label="fold out")
         if w is not None:
