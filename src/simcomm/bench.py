@@ -68,7 +68,7 @@ def bench_allreduce(nodes: int, algorithm: str, size: str = "1GiB") -> dict:
 def bench_rank_program(ranks: int = 256, count: int = MiB) -> dict:
     """Every rank calls all_reduce on 4 MiB of float32 with real data; checks the result."""
     from . import distributed as dist
-    from .launch import spawn
+    from .distributed.spawn import spawn
 
     def program(rank):
         x = np.full(count, rank, dtype=np.float32)

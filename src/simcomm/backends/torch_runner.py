@@ -328,7 +328,7 @@ class _OnSimcomm:
 
 def run_simulated(fn, args=(), nprocs: int = 2, cluster="cpu-host", **spawn_kwargs):
     """fn(rank, simcomm.distributed, *args) on simcomm with gloo numerics; the SpawnResult."""
-    from ..launch import spawn
+    from ..distributed.spawn import spawn
     spawn_kwargs.setdefault("numerics", "gloo")
     return spawn(_OnSimcomm(fn), args=tuple(args), nprocs=nprocs, cluster=cluster, **spawn_kwargs)
 

@@ -1,7 +1,7 @@
 """Simulated time for rank programs: `from simcomm import clock as time` makes time.sleep/time.time simulated."""
 from __future__ import annotations
 
-from .dist.runtime import current
+from .runtime import current
 
 
 def time() -> float:

@@ -73,7 +73,7 @@ def run_scenario(loaded, detail: str | None = None, progress=None) -> RunResult:
                                     algorithms=per_kind[kind], protocol=s.model.protocol, progress=tick,
                                     notes=result.notes)
     elif w.kind == "program":
-        from ..launch import spawn
+        from ..distributed.spawn import spawn
         n = w.ranks or cluster.num_ranks
         algorithm = forced.get("*", forced or None)
         res = spawn(resolve_program(w.program), tuple(w.args), n, cluster, algorithm=algorithm,

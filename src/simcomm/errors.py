@@ -1,4 +1,7 @@
-"""Errors a simulated program can hit; each message names the ranks involved and what they were doing."""
+"""simcomm's one error tree: every error a user can cause is a SimcommError (the CLI prints it without a traceback).
+
+Messages name what is wrong and where: the ranks involved and what each was doing, or the key, value and unit.
+"""
 
 
 class SimcommError(Exception):
@@ -33,3 +36,11 @@ class RankFailed(SimcommError):
 
 class AlgorithmError(SimcommError, ValueError):
     """A collective cannot run as asked: unsupported op/dtype, unknown algorithm or protocol, bad sizes."""
+
+
+class UnitError(SimcommError, ValueError):
+    """A size, rate or time could not be parsed."""
+
+
+class HardwareError(SimcommError, ValueError):
+    """A hardware description is inconsistent (unknown vertex, missing link, bad figure)."""

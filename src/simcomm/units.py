@@ -18,12 +18,10 @@ import numbers
 import re
 from fractions import Fraction
 
+from .errors import UnitError
+
 __all__ = ["UnitError", "parse_size", "parse_rate", "parse_time",
            "format_size", "format_rate", "format_time"]
-
-
-class UnitError(ValueError):
-    """A size, rate or time could not be parsed."""
 
 
 _DEC = ["K", "M", "G", "T", "P"]

@@ -4,13 +4,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .dist.groups import GroupRegistry
-from .dist.p2p import P2PMatcher
-from .dist.rendezvous import CollectiveRendezvous
-from .dist.runtime import RankRuntime
-from .engine import Activity, Simulation
-from .errors import SimcommError
-from .hardware import Cluster, build_cluster
+from .groups import GroupRegistry
+from .p2p import P2PMatcher
+from .rendezvous import CollectiveRendezvous
+from .runtime import RankRuntime
+from ..engine import Activity, Simulation
+from ..errors import SimcommError
+from ..hardware import Cluster, build_cluster
 
 
 @dataclass

@@ -475,7 +475,7 @@ def _type_name(field) -> str:
 def reference_markdown() -> str:
     """docs/scenario-reference.md, generated from the models above (a test checks the file is current)."""
     out = ["# Scenario reference", "",
-           "Generated from `simcomm/scenario/schema.py` by `python -m simcomm.scenario > docs/scenario-reference.md`; "
+           "Generated from `src/simcomm/scenario/schema.py` by `python -m simcomm.scenario > docs/scenario-reference.md`; "
            "do not edit by hand (a test checks it is current).",
            "", "Units are strings: sizes `'64MiB'`, `'1GB'` (or whole bytes); rates `'400Gbps'`, `'50GB/s'`; times "
            "`'1.5us'`, `'500ns'`. Unknown keys are errors.", ""]

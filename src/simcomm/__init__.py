@@ -1,8 +1,9 @@
 """simcomm: a discrete-event simulator of message passing for distributed deep learning."""
-from .dist.tensors import SizeOnly, size_only
+from .distributed.tensors import SizeOnly, size_only
 from .errors import AlgorithmError, DeadlockError, DistError, MismatchError, RankFailed, SimcommError
 from .hardware import Cluster, build_cluster, list_presets
-from .launch import SpawnResult, spawn
+from .distributed import clock
+from .distributed.spawn import SpawnResult, spawn
 
 __version__ = "0.1.0"
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..errors import HardwareError
+
 # Vertex kinds. Endpoints (ranks) are "gpu" or "cpu"; everything else may be crossed by a route.
 ENDPOINT_KINDS = ("gpu", "cpu")
 VERTEX_KINDS = ENDPOINT_KINDS + ("nvswitch", "pcie_switch", "host_bridge", "nic", "switch", "loopback")
 LINK_KINDS = ("nvlink", "pcie", "net", "loopback", "inter_socket")
-
-
-class HardwareError(ValueError):
-    """A hardware description is inconsistent (unknown vertex, missing link, bad figure)."""
 
 
 @dataclass(frozen=True)
