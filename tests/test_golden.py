@@ -12,7 +12,7 @@ from simcomm.hardware import build_cluster
 from simcomm.scenario import load_scenario
 from simcomm.workloads import run_scenario
 from simcomm.workloads.perf import run_perf
-from simcomm.workloads.sweep import run_sweep
+from simcomm.scenario.sweep import run_sweep
 
 SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
 SIZES = [8, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 28, 1 << 30]

@@ -192,7 +192,7 @@ def _sweep_cell(key, v):
 def cmd_sweep(args) -> int:
     from .report.table import render
     from .scenario import load_scenario
-    from .workloads.sweep import run_sweep
+    from .scenario.sweep import run_sweep
     loaded = load_scenario(args.scenario)
     sweep = loaded.scenario.sweep
     params = dict(sweep.parameters) if sweep else {}

@@ -7,7 +7,7 @@ import pytest
 from simcomm.errors import SimcommError
 from simcomm.scenario import load_text
 from simcomm.workloads import run_scenario, summarize
-from simcomm.workloads.sweep import grid_points, run_point, run_sweep
+from simcomm.scenario.sweep import grid_points, run_point, run_sweep
 
 PERF = """\
 cluster: {preset: hgx-h100}

@@ -20,8 +20,8 @@ def grid_points(parameters: dict[str, list]) -> list[dict]:
 
 def run_point(task: tuple) -> list[dict]:
     """Run one grid point: (source name, raw data, line index, values) -> summary rows (or one error row)."""
-    from ..scenario import Source, validate_data, with_values
-    from . import run_scenario, summarize
+    from ..workloads import run_scenario, summarize
+    from .loader import Source, validate_data, with_values
     name, data, lines, values = task
     label = ", ".join(f"{k}={v}" for k, v in values.items())
     try:
