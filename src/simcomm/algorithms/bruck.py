@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import Algorithm, stepwise
+from .cost import CostModel, log2_ceil
 from .plan import Buffers, Collective, Step, step
 
 
@@ -95,3 +97,18 @@ def _deliver(buf: Buffers, tag: np.ndarray) -> None:
             s = int(tag[d, j])
             out = blocks_out[d][s]
             out[...] = np.asarray(blocks_in[s][(s + j) % n]).reshape(out.shape)
+
+
+def _predict_bruck(m: CostModel, coll: Collective) -> float:
+    """log2(n) shifts by 2^k plus the local rotations (one for all_gather, two for all_to_all)."""
+    n = m.n
+    blk = coll.count * coll.itemsize
+    copy = m.local_copy(n * blk)
+    if coll.kind == "all_gather":
+        return copy + sum(m.step(min(1 << k, n - (1 << k)) * blk, m.shift_cross(1 << k)) for k in range(log2_ceil(n)))
+    pos = np.arange(n)
+    return 2 * copy + sum(m.step(float(((pos >> k) & 1).sum()) * blk, m.shift_cross(1 << k))
+                          for k in range(log2_ceil(n)))
+
+
+BRUCK = Algorithm("bruck", {"all_gather": bruck_all_gather, "all_to_all": bruck_all_to_all}, stepwise(_predict_bruck))

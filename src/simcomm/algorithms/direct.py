@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import Algorithm, stepwise
+from .cost import CostModel, log2_ceil
 from .plan import Buffers, Collective, step
 from .reduce_ops import combine
 
@@ -122,3 +124,47 @@ def ring_shift(coll: Collective, buf: Buffers):
     yield step(r, (r + 1) % n, coll.count * coll.itemsize, label="sendrecv")
     if buf.live:
         buf.rows[:] = buf.rows[(r - 1) % n]
+
+
+def _predict_direct(m: CostModel, coll: Collective) -> float:
+    """Every rank sends to every peer at once (gathers and scatters: the root's links carry all of it)."""
+    n, kind, blk = m.n, coll.kind, coll.count * coll.itemsize
+    if kind in ("all_gather", "reduce_scatter"):
+        out_intra, out_inter = (m.ppn - 1) * blk, (n - m.ppn) * blk
+        t = out_intra / m.proto_bw(m.intra_bw) if m.ppn > 1 else 0.0
+        if out_inter:
+            return m.inter_lat + max(t, out_inter / m.proto_bw(m.rank_net))
+        return m.intra_lat + t
+    if kind == "all_to_all":
+        return sum(m.step(blk, m.shift_cross(s)) for s in range(1, n))
+    if kind in ("gather", "scatter"):
+        t = (m.ppn - 1) * blk / m.proto_bw(m.intra_bw) if m.ppn > 1 else 0.0
+        if n > m.ppn:
+            return m.inter_lat + max(t, (n - m.ppn) * blk / m.proto_bw(min(m.path_bw, m.node_net)))
+        return m.intra_lat + t
+    return m.step(blk, m.shift_cross(1))  # sendrecv: one shift
+
+
+def _predict_binomial(m: CostModel, coll: Collective) -> float:
+    """Step k: ranks < 2^k (from the root) send the whole buffer to rank + 2^k; it leaves the node once 2^k >= ppn."""
+    size = float(coll.nbytes)
+    return sum(m.step(size, m.ppn if (1 << k) >= m.ppn and m.nodes > 1 else 0) for k in range(log2_ceil(m.n)))
+
+
+def _predict_dissemination(m: CostModel, coll: Collective) -> float:
+    """log2(n) rounds of empty messages to rank + 2^k."""
+    return sum(m.step(0.0, m.shift_cross(1 << k)) for k in range(log2_ceil(m.n)))
+
+
+def _binomial_reduced(m: CostModel, coll: Collective) -> float:
+    return log2_ceil(m.n) * float(coll.nbytes)
+
+
+DIRECT = Algorithm("direct", {"reduce_scatter": direct_reduce_scatter, "all_gather": direct_all_gather,
+                              "gather": direct_gather, "scatter": direct_scatter, "all_to_all": pairwise_all_to_all,
+                              "sendrecv": ring_shift},
+                   stepwise(_predict_direct), nccl_kinds=("all_to_all", "gather", "scatter", "sendrecv"))
+BINOMIAL = Algorithm("binomial", {"broadcast": binomial_broadcast, "reduce": binomial_reduce},
+                     stepwise(_predict_binomial), _binomial_reduced)
+DISSEMINATION = Algorithm("dissemination", {"barrier": dissemination_barrier}, stepwise(_predict_dissemination),
+                          nccl_kinds=("barrier",))

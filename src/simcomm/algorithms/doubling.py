@@ -18,8 +18,12 @@ ends owning chunk v (which is what reduce_scatter needs) without any final permu
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .base import Algorithm, stepwise
+from .cost import CostModel, log2_ceil
 from .plan import Buffers, Collective, step
 from .reduce_ops import combine
 
@@ -203,3 +207,51 @@ def halving_doubling_reduce_scatter(coll: Collective, buf: Buffers):
         yield step(extras + 1, extras, blk, label="fold out")
         if w is not None:
             w[extras, extras] = w[extras + 1, extras]
+
+
+def _predict_recursive_doubling(m: CostModel, coll: Collective) -> float:
+    """Fold to a power of two p, then log2(p) exchanges with rank ^ 2^k: the whole buffer (all_reduce) or the
+    doubling gathered share (all_gather)."""
+    n, size = m.n, float(coll.nbytes)
+    blk = coll.count * coll.itemsize
+    p = 1 << (n.bit_length() - 1)
+    if coll.kind == "all_reduce":
+        return m.fold(size) + sum(m.step(size, m.xor_cross(1 << k)) for k in range(log2_ceil(p)))
+    share = blk * n / p
+    return m.fold(blk) + sum(m.step(share * (1 << k), m.xor_cross(1 << k)) for k in range(log2_ceil(p)))
+
+
+def _predict_halving_doubling(m: CostModel, coll: Collective) -> float:
+    """Fold to a power of two p, recursive halving (reduce-scatter), then for all_reduce recursive doubling."""
+    n, size = m.n, float(coll.nbytes)
+    blk = coll.count * coll.itemsize
+    p = 1 << (n.bit_length() - 1)
+    halves = [m.step(size / (2 << k), m.xor_cross(1 << k)) for k in range(log2_ceil(p))]
+    if coll.kind == "all_reduce":
+        return m.fold(size) + 2 * sum(halves)
+    fold = (m.step(size, m.shift_cross(1)) + m.step(blk, m.shift_cross(1))) if n != p else 0.0
+    return fold + sum(halves)
+
+
+def _folded_reduced(m: CostModel, coll: Collective) -> tuple[float, int]:
+    size = float(coll.nbytes)
+    p = 1 << (m.n.bit_length() - 1)
+    return (size if p != m.n else 0.0), p
+
+
+def _recursive_doubling_reduced(m: CostModel, coll: Collective) -> float:
+    folded, p = _folded_reduced(m, coll)
+    return folded + math.log2(p) * float(coll.nbytes)
+
+
+def _halving_doubling_reduced(m: CostModel, coll: Collective) -> float:
+    folded, p = _folded_reduced(m, coll)
+    return folded + (p - 1) / p * float(coll.nbytes)
+
+
+RECURSIVE_DOUBLING = Algorithm("recursive_doubling", {"all_reduce": recursive_doubling_all_reduce,
+                                                      "all_gather": recursive_doubling_all_gather},
+                               stepwise(_predict_recursive_doubling), _recursive_doubling_reduced)
+HALVING_DOUBLING = Algorithm("halving_doubling", {"all_reduce": halving_doubling_all_reduce,
+                                                  "reduce_scatter": halving_doubling_reduce_scatter},
+                             stepwise(_predict_halving_doubling), _halving_doubling_reduced)

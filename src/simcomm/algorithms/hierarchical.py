@@ -6,13 +6,15 @@ With N nodes of L ranks each (local index l = position among the node's ranks):
    once (so the traffic rides every NIC rail): 2(N-1) steps of chunk/N;
 3. intra-node ring all-gather: L-1 steps.
 Total 2(L-1) + 2(N-1) steps. Needs the group to cover whole nodes (every local rank of every node it touches);
-the registry sets `coll.ranks_per_node` before running. Anything else is an AlgorithmError.
+its placement says how many ranks a node has. Anything else is an AlgorithmError.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import AlgorithmError
+from .base import Algorithm, stepwise
+from .cost import CostModel
 from .plan import Buffers, Collective, step
 from .reduce_ops import combine
 
@@ -32,7 +34,7 @@ def node_grid(ranks: np.ndarray, rpn: int | None) -> np.ndarray | None:
 def why_not(ranks: np.ndarray, rpn: int | None) -> str | None:
     """Why hierarchical cannot run on this group (None when it can)."""
     if not rpn:
-        return "hierarchical needs to know ranks per node (run it through run_collective)"
+        return "hierarchical needs to know ranks per node (place the collective on a cluster)"
     if node_grid(ranks, rpn) is None:
         nodes, counts = np.unique(ranks // rpn, return_counts=True)
         detail = ", ".join(f"node {a}: {b}" for a, b in list(zip(nodes.tolist(), counts.tolist()))[:6])
@@ -43,7 +45,7 @@ def why_not(ranks: np.ndarray, rpn: int | None) -> str | None:
 
 def hierarchical_all_reduce(coll: Collective, buf: Buffers):
     n = coll.n
-    rpn = getattr(coll, "ranks_per_node", None)
+    rpn = coll.placement.ranks_per_node
     reason = why_not(coll.ranks, rpn)
     if reason:
         raise AlgorithmError(reason)
@@ -91,3 +93,22 @@ def hierarchical_all_reduce(coll: Collective, buf: Buffers):
                 work[dst_intra, c] = work[src_intra, c]
     if work is not None:
         buf.rows[:] = work.reshape(n, -1)[:, :coll.count]
+
+
+def _predict(m: CostModel, coll: Collective) -> float:
+    """2(L-1) intra-node ring steps of a node's chunk, and 2(N-1) inter-node steps of chunk/N per rail."""
+    ll, nn = m.ppn, m.nodes
+    chunk = float(coll.nbytes) / ll
+    t = 2 * (ll - 1) * m.step(chunk, 0) if ll > 1 else 0.0
+    if nn > 1:
+        t += 2 * (nn - 1) * (m.inter_lat + chunk / nn / m.proto_bw(m.rank_net))
+    return t
+
+
+def _reduced(m: CostModel, coll: Collective) -> float:
+    size = float(coll.nbytes)
+    return (m.ppn - 1) / m.ppn * size + (m.nodes - 1) / m.nodes * size / m.ppn
+
+
+HIERARCHICAL = Algorithm("hierarchical", {"all_reduce": hierarchical_all_reduce}, stepwise(_predict), _reduced,
+                         lambda cluster, coll: why_not(np.asarray(coll.ranks), cluster.ranks_per_node))

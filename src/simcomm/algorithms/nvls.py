@@ -24,9 +24,13 @@ the multicast half (each GPU sends its block up once, gets all n blocks down).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import AlgorithmError
+from .base import Algorithm
+from .cost import CostModel
 from .plan import Buffers, Collective, Step
 from .reduce_ops import combine
 
@@ -34,7 +38,7 @@ from .reduce_ops import combine
 def why_not(cluster, ranks: np.ndarray) -> str | None:
     """Why NVLS cannot run this group on this cluster (None when it can)."""
     if cluster is None:
-        return "nvls needs the cluster (run it through run_collective)"
+        return "nvls needs the cluster (place the collective on a cluster)"
     if not cluster.template.nvls:
         return f"nvls needs NVSwitches with NVLink SHARP; {cluster.name} has none"
     nodes = np.unique(np.asarray(ranks) // cluster.ranks_per_node)
@@ -44,7 +48,7 @@ def why_not(cluster, ranks: np.ndarray) -> str | None:
 
 
 def _links(coll: Collective):
-    cluster = getattr(coll, "cluster", None)
+    cluster = coll.placement.cluster
     reason = why_not(cluster, coll.ranks)
     if reason:
         raise AlgorithmError(reason)
@@ -113,3 +117,32 @@ def nvls_all_gather(coll: Collective, buf: Buffers):
     if buf.live:
         w = buf.rows.reshape(n, n, coll.count)
         w[:, r] = w[r, r][None]
+
+
+NVLS_CHANNELS = 16  # NCCL's default NVLS channel count on Hopper
+NVLS_EFFICIENCY = 0.85  # tuning.cc, Hopper
+
+
+def _predict(m: CostModel, coll: Collective) -> float:
+    """NCCL's NVLS model: the NVLS latency once; busBw = bwIntra * 0.85 * (nCh-1)/nCh, x2 for all_reduce. Simple only."""
+    if m.proto.name != "Simple":
+        return math.inf  # NCCL has no LL/LL128 NVLS
+    cluster, n, size = m.cluster, m.n, float(coll.nbytes)
+    up = cluster.switch_links(int(coll.ranks[0]))[0] if cluster.template.nvls else None
+    lat = m.intra_lat if up is None else m.proto.hop(m.intra_kind) + float(cluster.link_latency[up])
+    bus = m.intra_bw * NVLS_EFFICIENCY * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
+    if coll.kind == "all_reduce":
+        return lat + size * 2 * (n - 1) / n / (2 * bus)
+    return lat + size * (n - 1) / n / bus
+
+
+def _why_not(cluster, coll: Collective) -> str | None:
+    if cluster.device.kind != "gpu":
+        return f"nvls needs GPUs on NVSwitch; {cluster.name} has {cluster.device.kind} ranks"
+    return why_not(cluster, coll.ranks)
+
+
+NVLS = Algorithm("nvls", {"all_reduce": nvls_all_reduce, "reduce_scatter": nvls_reduce_scatter,
+                          "all_gather": nvls_all_gather},
+                 _predict, lambda m, coll: 0.0, _why_not, family="nvls",
+                 nccl_kinds=("all_reduce", "all_gather", "reduce_scatter"))

@@ -5,7 +5,7 @@ same step to the numpy buffers (when there are any). Timing and numerics cannot 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -46,9 +46,31 @@ def step(src, dst, nbytes, reduce: bool = False, label: str = "", weight=None, c
     return Step(src, dst, nb, reduce, label, weight=weight, chains=chains)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a collective runs, which decides its schedule: the cluster (NVLS routes through its switches), ranks
+    per node (rings snake through nodes, trees and hierarchical algorithms group by node) and channels (NCCL runs
+    one ring or tree per NIC rail across nodes; inside one node one suffices).
+
+    A Collective without a placement is scheduled as if its ranks shared one flat switch: one channel, no nodes.
+    """
+
+    cluster: object | None = None
+    ranks_per_node: int | None = None
+    channels: int = 1
+
+    @classmethod
+    def on(cls, cluster) -> "Placement":
+        channels = max(1, len(cluster.template.nics)) if cluster.num_nodes > 1 else 1
+        return cls(cluster, cluster.ranks_per_node, channels)
+
+
+FLAT = Placement()
+
+
 @dataclass
 class Collective:
-    """A group-level collective request: what, over which ranks, how big.
+    """A group-level collective request: what, over which ranks, how big, and where (its placement).
 
     `count` is elements per rank: the whole tensor for all_reduce, broadcast and reduce; one shard (the output
     of reduce_scatter/scatter, the input of all_gather/gather) otherwise; for all_to_all the per-peer block, or
@@ -63,10 +85,15 @@ class Collective:
     root: int = 0
     splits: np.ndarray | None = None
     variant: str = ""  # "list" for torch's list reduce_scatter (gloo reduces each block on its own)
+    placement: Placement = FLAT
 
     def __post_init__(self):
         self.ranks = np.asarray(self.ranks, dtype=np.int64)
         self.dtype = np.dtype(self.dtype)
+
+    def placed(self, cluster) -> "Collective":
+        """This collective placed on `cluster` (a copy; self is unchanged)."""
+        return replace(self, placement=Placement.on(cluster))
 
     @property
     def n(self) -> int:

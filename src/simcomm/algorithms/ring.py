@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import Algorithm, ring_shape_reduced
+from .cost import CostModel
 from .plan import Buffers, Collective, step
+from .tree import MAX_SLICES, SLICE_BYTES
 
 
 def _split(count: int, parts: int) -> tuple[int, np.ndarray]:
@@ -36,7 +39,7 @@ def ring_orders(coll: Collective, channels: int | None = None) -> np.ndarray:
     ring in rank order.
     """
     n = coll.n
-    rpn = getattr(coll, "ranks_per_node", None)
+    rpn = coll.placement.ranks_per_node
     identity = np.arange(n)[None, :]
     if not rpn or n <= 1:
         return identity
@@ -45,7 +48,7 @@ def ring_orders(coll: Collective, channels: int | None = None) -> np.ndarray:
     k = int(counts[0])
     if len(counts) < 2 or (counts != k).any() or not (np.diff(nodes) >= 0).all():
         return identity
-    channels = channels or getattr(coll, "channels", None) or k
+    channels = channels or coll.placement.channels or k
     orders = np.empty((channels, n), dtype=np.int64)
     local = np.arange(k)
     for c in range(channels):
@@ -160,7 +163,6 @@ def _chain(coll: Collective) -> np.ndarray:
 
 def pipeline_slices(nbytes: int) -> int:
     """How many slices a pipelined chain or tree cuts a buffer into (NCCL pipelines in ~128 KiB chunks)."""
-    from .tree import MAX_SLICES, SLICE_BYTES
     return int(min(MAX_SLICES, max(1, -(-nbytes // SLICE_BYTES))))
 
 
@@ -204,3 +206,23 @@ def chain_reduce(coll: Collective, buf: Buffers, slices: int | None = None):
             work[dst, js] = _combine(buf, work[dst, js], work[src, js])
     if work is not None:
         buf.rows[coll.root] = work.reshape(n, -1)[coll.root, :coll.count]
+
+
+def predict_ring(m: CostModel, coll: Collective) -> float:
+    """NCCL's ring model: base + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat, and the bytes each rank
+    sends over the ring's bus bandwidth (NVLink, or the node's NIC ports across nodes)."""
+    n, kind, size = m.n, coll.kind, float(coll.nbytes)
+    nsteps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1}.get(kind, n)
+    inter = 0 if m.nodes <= 1 else (2 * (m.nodes - 1) if kind == "all_reduce" else m.nodes - 1)
+    lat = m.proto.base_latency + (nsteps - inter) * m.intra_lat + inter * m.inter_lat
+    bus = m.intra_bw if m.nodes <= 1 else min(m.intra_bw, m.node_net)
+    if kind in ("broadcast", "reduce"):
+        return lat + size / m.proto_bw(bus)
+    return lat + size * nsteps / n / m.proto_bw(bus)
+
+
+RING = Algorithm("ring", {"all_reduce": ring_all_reduce, "reduce_scatter": ring_reduce_scatter,
+                          "all_gather": ring_all_gather, "broadcast": chain_broadcast, "reduce": chain_reduce},
+                 predict_ring, ring_shape_reduced,
+                 nccl_kinds=("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"),
+                 gloo_kinds=("all_reduce",))

@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from .base import Algorithm, stepwise
+from .cost import CostModel
 from .plan import Buffers, Collective, Step, step
 from .reduce_ops import combine
 
@@ -72,7 +74,7 @@ def depths(parent: np.ndarray) -> np.ndarray:
 
 def node_members(coll: Collective) -> list[np.ndarray]:
     """Group ranks on each node the group touches (nodes in order, members by global rank)."""
-    rpn = getattr(coll, "ranks_per_node", None) or 1
+    rpn = coll.placement.ranks_per_node or 1
     nodes = coll.ranks // rpn
     order = np.lexsort((coll.ranks, nodes))
     _, starts = np.unique(nodes[order], return_index=True)
@@ -83,7 +85,7 @@ def double_tree_parents(coll: Collective) -> list[np.ndarray]:
     """Parent arrays (over group ranks) of the tree instances NCCL's all-reduce uses: 2 trees x channels."""
     members = node_members(coll)
     nn = len(members)
-    channels = max(1, min(int(getattr(coll, "channels", None) or 1) if nn > 1 else len(members[0]),
+    channels = max(1, min(coll.placement.channels if nn > 1 else len(members[0]),
                           min(len(m) for m in members)))
     # Like NCCL, small messages use fewer channels (each needs enough bytes to keep its threads busy).
     channels = max(1, min(channels, -(-coll.count * coll.itemsize // (2 * MIN_CHANNEL_BYTES))))
@@ -174,7 +176,7 @@ def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], c
             work = np.concatenate([work, np.zeros((n, m, slices * per - seg), dtype=rows.dtype)], axis=2)
         work = work.reshape(n, m, slices, per)
     # Every tree edge, over all instances: child, parent, the child's depth, its tree's depth, sibling index.
-    node = coll.ranks // (getattr(coll, "ranks_per_node", None) or 1)
+    node = coll.ranks // (coll.placement.ranks_per_node or 1)
     child, par, dep, tdep, sib, inst, lag = [], [], [], [], [], [], []
     for i, parent in enumerate(parents):
         d = depths(parent)
@@ -272,3 +274,50 @@ def tree_reduce(coll: Collective, buf: Buffers):
                                "tree reduce")
     if rows is not None:
         buf.rows[coll.root] = rows[coll.root]
+
+
+TREE_EFFICIENCY = 0.92  # NCCL tuning.cc: tree all_reduce busBw
+
+
+def _predict_all_reduce(m: CostModel, coll: Collective) -> float:
+    """NCCL's tree model: base + 2 * ((ppn - 1) * intraLat + log2i(nNodes) * interLat); busBw x 0.92, algbw half."""
+    size = float(coll.nbytes)
+    depth = int(math.floor(math.log2(m.nodes))) if m.nodes > 1 else 0
+    lat = m.proto.base_latency + 2 * ((m.ppn - 1) * m.intra_lat + depth * m.inter_lat)
+    bus = (m.intra_bw if m.nodes <= 1 else min(m.intra_bw, m.node_net)) * TREE_EFFICIENCY
+    t = size / (m.proto_bw(bus) * 0.5)
+    if not m.fused:  # gloo-style reductions, pipelined with the slices
+        t = max(t, 3 * size / m.mem_bw)
+    return lat + t
+
+
+def _predict_rooted(m: CostModel, coll: Collective) -> float:
+    """Broadcast/reduce down/up NCCL's binary tree from the root, pipelined: the worst root-leaf path's hop
+    latencies, and the busiest rank's children (each gets the whole message) over its links."""
+    n, size = m.n, float(coll.nbytes)
+    parent = rooted_tree_parent(coll)
+    node = np.asarray(coll.ranks) // m.rpn
+    v = np.flatnonzero(parent >= 0)
+    cross = node[v] != node[parent[v]]
+    path = np.zeros(n)
+    hop = np.where(cross, m.inter_lat, m.intra_lat)
+    while True:  # relax level by level (the depth is about log2 n)
+        nxt = path.copy()
+        nxt[v] = path[parent[v]] + hop
+        if np.array_equal(nxt, path):
+            break
+        path = nxt
+    fan_intra = np.bincount(parent[v][~cross], minlength=n).max() if (~cross).any() else 0
+    fan_cross = np.bincount(parent[v][cross], minlength=n).max() if cross.any() else 0
+    t = max(fan_intra * size / m.proto_bw(m.intra_bw) if fan_intra else 0.0,
+            fan_cross * size / m.proto_bw(min(m.intra_bw, m.path_bw)) if fan_cross else 0.0)
+    red = 0.0 if m.fused or coll.kind == "broadcast" else 3 * 2 * size / m.mem_bw  # overlaps the next slice
+    return float(path.max()) + max(t, red)
+
+
+def predict_tree(m: CostModel, coll: Collective) -> float:
+    return _predict_all_reduce(m, coll) if coll.kind == "all_reduce" else stepwise(_predict_rooted)(m, coll)
+
+
+TREE = Algorithm("tree", {"all_reduce": tree_all_reduce, "broadcast": tree_broadcast, "reduce": tree_reduce},
+                 predict_tree, lambda m, coll: 0.0, family="tree", nccl_kinds=("all_reduce",))

@@ -1,0 +1,101 @@
+"""What an algorithm's cost prediction needs to know about a group on a cluster, and the alpha-beta step model.
+
+Figures are the cluster's own: the per-GPU intra-node link (NCCL's bwIntra), the NIC ports and rails a node's group
+ranks use (bwInter), route latencies plus the protocol's per-hop latency. See tuner.py for how they are combined.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .plan import Collective
+from .protocols import Protocol
+
+# NCCL tuning.cc llMaxBws (GB/s) by architecture, for 1 node / 2 nodes / more.
+LL_MAX_BW = {"hopper": (141.0, 45.0, 35.0), "ampere": (87.7, 22.5, 19.0), "other": (39.0, 39.0, 20.4)}
+
+
+def log2_ceil(n: int) -> int:
+    return int(math.ceil(math.log2(n))) if n > 1 else 0
+
+
+class CostModel:
+    """A collective's group on a cluster under one protocol: bandwidths, latencies and the step model."""
+
+    def __init__(self, cluster, coll: Collective, proto: Protocol):
+        self.cluster = cluster
+        self.coll = coll
+        self.proto = proto
+        rpn = cluster.ranks_per_node
+        ranks = np.asarray(coll.ranks)
+        node_of = ranks // rpn
+        nodes, counts = np.unique(node_of, return_counts=True)
+        self.n = len(ranks)
+        self.nodes = len(nodes)
+        self.ppn = int(counts.max())
+        self.rpn = rpn
+        t = cluster.template
+        self.intra_bw, intra_lat, self.intra_kind = cluster.intra_node
+        if self.intra_bw <= 0:  # one rank per node: everything goes over the network
+            self.intra_bw, self.intra_kind = math.inf, "net"
+        if cluster.num_nodes > 1:
+            self.path_bw, inter_lat = cluster.inter_node
+            local = ranks[node_of == nodes[0]] % rpn
+            used = len({t.endpoint_nic[int(x)] for x in local}) if t.nics else 1
+            port = t.nic_bandwidth or self.path_bw
+            self.node_net = used * port  # what one node's NIC ports can push out at once
+            # each rank's share when all of a node's group ranks cross at once
+            self.rank_net = min(self.path_bw, used * port / max(1, len(local)))
+        else:
+            self.path_bw = inter_lat = self.node_net = self.rank_net = 0.0
+        self.intra_lat = proto.hop(self.intra_kind) + intra_lat  # one step inside a node
+        self.inter_lat = proto.hop("net") + inter_lat  # one step across nodes
+        self.fused = cluster.device.fused_reduction
+        self.mem_bw = cluster.device.memory_bandwidth
+        self._ll_max = self._ll_max_bw()
+
+    def _ll_max_bw(self) -> float:
+        name = self.cluster.device.name.upper()
+        arch = "hopper" if ("H100" in name or "H200" in name or "H800" in name) else \
+            ("ampere" if "A100" in name or "A800" in name else "other")
+        return LL_MAX_BW[arch][0 if self.nodes <= 1 else (1 if self.nodes == 2 else 2)] * 1e9
+
+    def proto_bw(self, bus: float) -> float:
+        """The bandwidth the protocol gets out of `bus` bytes/s of links (LL is also capped by NCCL's llMaxBw)."""
+        bw = bus * self.proto.efficiency
+        return min(bw, self._ll_max) if self.proto.name == "LL" else bw
+
+    # ---- the alpha-beta step model -----------------------------------------------------------------------
+    def shift_cross(self, d: int) -> int:
+        """Ranks per node whose partner r + d (node-major numbering) sits on another node."""
+        if self.nodes <= 1 or d % self.n == 0:
+            return 0
+        return min(self.ppn, d)
+
+    def xor_cross(self, m: int) -> int:
+        """Ranks per node whose partner r ^ m sits on another node."""
+        if self.nodes <= 1:
+            return 0
+        if m >= self.ppn:
+            return self.ppn
+        return 0 if self.ppn % (2 * m) == 0 else m
+
+    def step(self, nbytes: float, cross: int) -> float:
+        """A step where every rank sends nbytes; `cross` ranks per node send to another node."""
+        if nbytes <= 0:
+            return self.inter_lat if cross else self.intra_lat
+        t_intra = nbytes / self.proto_bw(self.intra_bw) if cross < self.ppn else 0.0
+        if not cross:
+            return self.intra_lat + t_intra
+        share = min(self.path_bw, self.node_net / cross)
+        return self.inter_lat + max(t_intra, nbytes / self.proto_bw(share))
+
+    def fold(self, nbytes: float) -> float:
+        """Folding a non-power-of-two group onto the largest power of two below it, and unfolding: two steps."""
+        p = 1 << (self.n.bit_length() - 1)
+        return 2 * self.step(nbytes, self.shift_cross(1)) if self.n != p else 0.0
+
+    def local_copy(self, nbytes: float) -> float:
+        """A local copy of nbytes (read + write) at memory speed."""
+        return 2 * nbytes / self.mem_bw

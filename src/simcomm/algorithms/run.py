@@ -1,0 +1,58 @@
+"""One entry point that runs a collective on a simulation: choose (or take) the algorithm, place the collective on
+the cluster, prepare the data, execute the plan."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import AlgorithmError
+from . import gloo
+from .catalog import ALGORITHMS
+from .executor import execute
+from .plan import Buffers, Collective
+from .protocols import protocol as make_protocol
+from .reduce_ops import check_op, finish, prepare
+from .tuner import REDUCING, Choice, choose
+
+
+def _gloo_plan(coll: Collective, default):
+    """gloo's own ring for the reductions, bitwise (its segments, ring order and combine)."""
+    if coll.kind == "reduce_scatter":
+        return gloo.gloo_reduce_scatter_list if coll.variant == "list" else gloo.gloo_reduce_scatter
+    return {"all_reduce": gloo.gloo_all_reduce, "reduce": gloo.gloo_reduce}.get(coll.kind, default)
+
+
+def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = None, algorithm: str | None = None,
+                   protocol: str | None = None, numerics: str = "nccl", label: str | None = None):
+    """Start `coll` on `sim` now; returns (simpy process, buffers, Choice).
+
+    rows: the group's data (one row per group rank, layout per collective, see Collective) or None for
+    size-only. numerics: "nccl" (each algorithm's natural order, float AVG pre-multiplied) or "gloo" (gloo's
+    ring order for all_reduce, AVG = sum then divide, no PREMUL_SUM).
+    """
+    if numerics not in ("nccl", "gloo"):
+        raise AlgorithmError(f"numerics must be 'nccl' or 'gloo', got {numerics!r}")
+    if coll.kind in REDUCING:
+        check_op(coll.op, coll.dtype, "gloo" if numerics == "gloo" else "nccl")
+    cluster = sim.cluster
+    coll = coll.placed(cluster)
+    choice: Choice = choose(cluster, coll, algorithm, protocol)
+    alg = ALGORITHMS[coll.kind][choice.algorithm]
+    plan = alg.plans[coll.kind]
+    if numerics == "gloo" and algorithm in (None, "ring"):
+        plan = _gloo_plan(coll, plan)
+    buf = rows if isinstance(rows, Buffers) else Buffers(rows, coll.op)
+    premul = numerics == "nccl"
+    reducing = coll.kind in REDUCING
+    if buf.live and reducing:
+        buf.rows[...] = prepare(coll.op, buf.rows, coll.n, premul)
+    proto = make_protocol(choice.protocol, alg.family, cluster.device.kind)
+    op = {"PRODUCT": "prod"}.get(coll.op.name, coll.op.name.lower())
+    name = label or f"{coll.kind}:{choice.algorithm}:{proto.name}:{coll.dtype.name}:{op}"
+
+    def body():
+        end = yield from execute(sim, coll, plan, buf, proto, name)
+        if buf.live and reducing:
+            buf.rows = finish(coll.op, buf.rows, coll.n, premul)
+        return end
+
+    return sim.env.process(body()), buf, choice
