@@ -19,7 +19,16 @@ def test_world_queries():
                 dist.get_process_group_ranks(w), dist.is_initialized(), dist.get_backend())
 
     for r, out in enumerate(spawn(fn).results):
-        assert out == (r, 4, r, 4, [0, 1, 2, 3], True, "simcomm")
+        assert out == (r, 4, r, 4, [0, 1, 2, 3], True, "nccl")
+    assert spawn(fn, cluster="cpu-host").results[0][-1] == "gloo"
+
+
+def test_get_backend_is_the_one_asked_for():
+    def fn(rank):
+        dist.init_process_group("gloo" if rank % 2 else "NCCL", rank=rank, world_size=4)
+        return dist.get_backend()
+
+    assert spawn(fn).results == ["nccl", "gloo", "nccl", "gloo"]
 
 
 def test_non_member_gets_marker_and_minus_one():

@@ -62,13 +62,17 @@ def resolve_peer(g: ProcessGroup, peer, group_peer, name: str, required: bool = 
 
 
 # ---- setup and queries -----------------------------------------------------------------------------------
-def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, **kwargs) -> None:
-    """Accepted for source compatibility: inside simcomm.spawn the group already exists."""
+def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                       group_name="", pg_options=None, device_id=None, **kwargs) -> None:
+    """Accepted for source compatibility (inside simcomm.spawn the group already exists); remembers the backend
+    asked for ("nccl", "gloo", "cpu:gloo,cuda:nccl", ...) so get_backend() answers as torch would."""
     rt, me = current()
     if world_size not in (-1, None) and world_size != rt.nprocs:
         raise DistError(f"init_process_group(world_size={world_size}) but simcomm.spawn started {rt.nprocs} ranks")
     if rank not in (-1, None) and rank != me:
         raise DistError(f"init_process_group(rank={rank}) called by rank {me}")
+    if backend is not None:
+        rt.services.setdefault("backends", {})[me] = str(backend).lower()
 
 
 def destroy_process_group(group=None) -> None:
@@ -88,7 +92,13 @@ def is_available() -> bool:
 
 
 def get_backend(group=None) -> str:
-    return "simcomm"
+    """The backend this rank asked init_process_group for; without one, torch's default for the cluster's
+    devices ("nccl" on GPUs, "gloo" on CPUs)."""
+    rt, me = current()
+    asked = rt.services.get("backends", {}).get(me)
+    if asked:
+        return asked
+    return "gloo" if rt.sim.cluster.device.kind == "cpu" else "nccl"
 
 
 def get_rank(group=None) -> int:
