@@ -6,6 +6,7 @@ nccl-tests' size conventions and busbw factors.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,19 +98,48 @@ def simulate_collective(kind: str, size, *, cluster="hgx-h100", nodes: int | Non
                          choice.protocol, elapsed, choice.predicted, sim.stats())
 
 
-def sizes_between(begin: int, end: int, factor: float = 2.0, increment: int | None = None) -> list[int]:
-    """nccl-tests' size series: -b begin -e end with -f factor (or -i increment)."""
+MAX_SIZES = 4096  # a size series longer than this is a mistake (a tiny -i, a factor barely above 1)
+
+
+def sizes_between(begin: int, end: int, factor: float = 2.0, increment: int | None = None,
+                  limit: int = MAX_SIZES) -> list[int]:
+    """nccl-tests' size series: begin, then begin * factor rounded down (or begin + increment), up to end.
+
+    Every step must grow the size: a factor that rounds a size down to itself (8 x 1.1 -> 8), a non-finite factor
+    and a series of more than `limit` sizes are refused with a SimcommError, never looped on.
+    """
+    for name, v in (("begin", begin), ("end", end)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise SimcommError(f"the size series' {name} must be a whole number of bytes, got {v!r}")
+    begin, end = int(begin), int(end)
     if begin <= 0 or end < begin:
         raise SimcommError(f"need 0 < begin <= end, got begin={begin}, end={end}")
+    if increment is not None:
+        if isinstance(increment, bool) or not isinstance(increment, numbers.Integral) or increment <= 0:
+            raise SimcommError(f"the size increment must be a whole number of bytes > 0, got {increment!r}")
+        count = (end - begin) // int(increment) + 1
+        if count > limit:
+            raise SimcommError(f"{begin}..{end} in steps of {increment} B is {count} sizes; at most {limit} "
+                               "are allowed (use a larger increment or a factor)")
+        return list(range(begin, end + 1, int(increment)))
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not math.isfinite(factor) \
+            or not factor > 1:
+        raise SimcommError(f"the size factor must be a finite number > 1, got {factor!r}")
     out, s = [], begin
-    while s <= end:
-        out.append(int(s))
-        nxt = s + increment if increment else s * factor
+    while True:
+        out.append(s)
+        if len(out) > limit:
+            raise SimcommError(f"{begin}..{end} with factor {factor:g} is more than {limit} sizes "
+                               "(use a larger factor)")
+        grown = s * factor  # a float; may be inf for a huge factor, which simply ends the series
+        if grown > end:
+            return out
+        nxt = math.floor(grown)
         if nxt <= s:
-            raise SimcommError("the size step must grow the size (factor > 1 or increment > 0)")
-        s = math.floor(nxt)
-    return out
+            raise SimcommError(f"factor {factor:g} does not grow the size {s} B ({s} x {factor:g} rounds down to "
+                               f"{nxt}); use a factor of at least {(s + 1) / s:.4g} or a larger begin")
+        s = nxt
 
 
-__all__ = ["BUSBW_FACTOR", "CollectiveRun", "ReduceOp", "canonical_kind", "make_collective", "simulate_collective",
+__all__ = ["BUSBW_FACTOR", "MAX_SIZES", "CollectiveRun", "ReduceOp", "canonical_kind", "make_collective", "simulate_collective",
            "sizes_between"]

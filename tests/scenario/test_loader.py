@@ -193,3 +193,11 @@ def test_overrides_cover_the_hardware_overrides():
     from simcomm.scenario.schema import Overrides
     assert set(Overrides.model_fields) == set(OVERRIDES)
     assert Scenario.model_fields.keys() >= {"cluster", "workload", "model", "outputs", "sweep"}
+
+
+def test_a_size_factor_that_does_not_grow_the_size_is_refused_by_validate():
+    """Issue 13: `factor: 1.1` passed validate, then `run` looped forever (floor(8 * 1.1) == 8)."""
+    with pytest.raises(ScenarioError) as exc:
+        load_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizes: {begin: 8, end: 64, factor: 1.1}}\n",
+                  "f.yaml")
+    assert "workload.sizes: factor 1.1 does not grow the size 8 B" in str(exc.value)

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator,
                       model_validator)
 
+from ..collective import sizes_between
+from ..errors import SimcommError
 from ..units import UnitError, parse_rate, parse_size, parse_time
 from ..workloads.names import COLL_ALIASES, COLLECTIVES, DTYPE_ALIASES, DTYPES, OP_ALIASES, OPS, did_you_mean
 from ..workloads.names import choice as _choice
@@ -242,8 +244,10 @@ class SizeRange(Base):
     def _order(self):
         if not 0 < self.begin <= self.end:
             raise ValueError(f"expected 0 < begin <= end, got begin={self.begin} and end={self.end}")
-        if math.log(self.end / self.begin) / math.log(self.factor) > 4096:
-            raise ValueError("expected at most 4096 sizes; raise factor or narrow begin..end")
+        try:  # the series the run will use: it must grow at every step and stay within 4096 sizes
+            sizes_between(self.begin, self.end, self.factor)
+        except SimcommError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
 
