@@ -6,7 +6,8 @@ from pathlib import Path
 
 from ..units import format_size
 from .json_out import dumps, result_json
-from .table import nccl_table, render, text_table, tuner_summary
+from .nccl_tests import nccl_table, tuner_summary
+from .table import render, text_table
 
 PLOT_FILES = {"busbw": "busbw.png", "timeline": "timeline.png", "links": "links.png"}
 

@@ -1,0 +1,169 @@
+"""nccl-tests' output, as its 2.17 releases print it: version and test start lines, the parameter line, the devices,
+the column header, one row per size (field widths and the %7.2f/%7.1f/%7.0f time), the footer and the closing
+line; and the -J JSON file with the same content.
+
+The simulation checks no data, so #wrong is N/A (as nccl-tests prints with -c 0), and out-of-place and in-place
+are the same simulated figures.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NCCL_TESTS_VERSION = "2.17.9"  # the release whose output layout this follows
+
+
+@dataclass
+class Header:
+    """What nccl-tests' parameter line and device list say: counts per process and the size series."""
+
+    test: str  # the binary's name, e.g. "all_reduce_perf"
+    threads: int = 1
+    gpus: int = 1  # per thread
+    minbytes: int = 0
+    maxbytes: int = 0
+    factor: float | None = 2.0  # None: fixed increments of stepbytes
+    stepbytes: int = 0
+    iters: int = 1
+    warmup: int = 0
+    agg_iters: int = 1
+    comments: list = field(default_factory=list)  # '# simcomm: ...' lines after the device list
+
+
+# ---- text --------------------------------------------------------------------------------------------------------
+def nccl_time(us: float) -> str:
+    """nccl-tests' time column: %7.2f, then %7.1f from 100 us, then %7.0f from 10 ms."""
+    if us >= 10000.0:
+        return f"{us:7.0f}"
+    if us >= 100.0:
+        return f"{us:7.1f}"
+    return f"{us:7.2f}"
+
+
+def nccl_column_header() -> list[str]:
+    pre = "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}"
+    block = "  {:>7}  {:>6}  {:>6} {:>6}"
+    return [pre.format("", "", "", "", "") + "           out-of-place                       in-place          ",
+            pre.format("size", "count", "type", "redop", "root") + block.format("time", "algbw", "busbw", "#wrong")
+            + block.format("time", "algbw", "busbw", "#wrong"),
+            pre.format("(B)", "(elements)", "", "", "") + block.format("(us)", "(GB/s)", "(GB/s)", "")
+            + block.format("(us)", "(GB/s)", "(GB/s)", "")]
+
+
+# nccl-tests' type names (its -d values) for simcomm's dtype names.
+NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
+                   "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64",
+                   "uint64": "uint64", "fp8_e4m3": "f8e4m3", "fp8_e5m2": "f8e5m2"}
+
+
+def type_name(dtype: str) -> str:
+    return NCCL_TYPE_NAMES.get(dtype, dtype)
+
+
+def nccl_row(row, type_label: str | None = None) -> str:
+    """One size: out-of-place then in-place (the same simulated figures); #wrong is N/A (no data is checked)."""
+    label = type_label or type_name(row.dtype)
+    head = f"{row.size:12d}  {row.count:12d}  {label:>8}  {row.redop:>6}  {row.root_column:6d}"
+    block = f"  {nccl_time(row.time * 1e6)}  {row.algbw / 1e9:6.2f}  {row.busbw / 1e9:6.2f}  {'N/A':>5}"
+    return head + block + block
+
+
+def _bus_id(cluster, rank: int) -> str:
+    return f"0000:{cluster.local_rank(rank) + 1:02x}:00"
+
+
+def _step(h: Header) -> str:
+    return f"{h.factor:g}(factor)" if h.factor is not None else f"{h.stepbytes}(bytes)"
+
+
+def nccl_preamble(cluster, ranks: int, h: Header) -> list[str]:
+    """Version, test start, parameters (per-process counts, one simulated iteration, no warm-up) and devices."""
+    from .. import __version__
+    lines = [f"# nccl-tests version {NCCL_TESTS_VERSION} output format; simulated by simcomm {__version__}",
+             f"# Collective test starting: {h.test}",
+             f"# nThread {h.threads} nGpus {h.gpus} minBytes {h.minbytes} maxBytes {h.maxbytes} step: {_step(h)} "
+             f"warmup iters: {h.warmup} iters: {h.iters} agg iters: {h.agg_iters} validation: 0 graph: 0",
+             "#", "# Using devices"]
+    per_process = h.threads * h.gpus
+    for r in range(ranks):
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {r // per_process:6d} on {'n' + str(cluster.node_of(r)):>10} "
+                     f"device {cluster.local_rank(r):2d} [{_bus_id(cluster, r)}] {cluster.device.name}")
+    return lines + ["#"] + [f"# simcomm: {c}" for c in h.comments]
+
+
+def average_busbw(rows) -> float:
+    """GB/s: nccl-tests averages the busbw of every row (out-of-place and in-place alike)."""
+    return sum(r.busbw for r in rows) / len(rows) / 1e9 if rows else 0.0
+
+
+def nccl_block(rows, comments=()) -> list[str]:
+    """One table: comment lines, the column header, the rows and the footer."""
+    lines = [f"# simcomm: {c}" for c in comments] + nccl_column_header() + [nccl_row(r) for r in rows]
+    return lines + ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {average_busbw(rows):g} ", "#"]
+
+
+def nccl_output(tables, cluster, ranks: int, h: Header) -> str:
+    """The whole output: preamble, each (comments, rows) table, and the closing line."""
+    lines = nccl_preamble(cluster, ranks, h)
+    for comments, rows in tables:
+        lines += nccl_block(rows, comments)
+    lines.append(f"# Collective test concluded: {h.test}")
+    return "\n".join(lines) + "\n"
+
+
+def nccl_table(rows, cluster, type_label: str = "", *, minbytes=None, maxbytes=None, factor: float = 2.0,
+               preamble: bool = True, comments=()) -> str:
+    """One collective's rows as nccl-tests prints them, with a preamble for one process of every rank."""
+    ranks = rows[0].ranks if rows else cluster.num_ranks
+    h = Header(f"{rows[0].collective if rows else 'all_reduce'}_perf", gpus=ranks,
+               minbytes=minbytes if minbytes is not None else (rows[0].size if rows else 0),
+               maxbytes=maxbytes if maxbytes is not None else (rows[-1].size if rows else 0), factor=factor)
+    if not preamble:
+        return "\n".join(nccl_block(rows, comments)) + "\n"
+    return nccl_output([(comments, rows)], cluster, ranks, h)
+
+
+def tuner_summary(rows) -> str:
+    """'8 B..64 KiB ring/LL, 128 KiB..8 GiB ring/Simple': the tuner's choices as size ranges."""
+    from ..units import format_size
+    spans: list[list] = []
+    for r in rows:
+        pick = f"{r.algorithm}/{r.protocol}"
+        if spans and spans[-1][2] == pick:
+            spans[-1][1] = r.size
+        else:
+            spans.append([r.size, r.size, pick])
+    return ", ".join(f"{format_size(a)}..{format_size(b)} {p}" if a != b else f"{format_size(a)} {p}"
+                     for a, b, p in spans)
+
+
+# ---- -J JSON -----------------------------------------------------------------------------------------------------
+def _figures(r) -> dict:
+    return {"time": r.time * 1e6, "algbw": r.algbw / 1e9, "busbw": r.busbw / 1e9, "wrong": "N/A"}
+
+
+def nccl_json(tables, cluster, ranks: int, h: Header) -> dict:
+    """The -J document: the parameter line's values, the devices, one result per row with out-of-place and
+    in-place figures (us and GB/s, unrounded), and the footer's values. simcomm's own fields (the algorithm and
+    protocol simulated) are added to each result under 'simcomm'."""
+    from .. import __version__
+    per_process = h.threads * h.gpus
+    results, everything = [], []
+    for comments, rows in tables:
+        everything += rows
+        for r in rows:
+            results.append({"name": h.test, "size": r.size, "count": r.count, "type": type_name(r.dtype),
+                            "redop": r.redop, "root": r.root_column, "out_of_place": _figures(r),
+                            "in_place": _figures(r),
+                            "simcomm": {"requested": r.requested, "algorithm": r.algorithm,
+                                        "protocol": r.protocol}})
+    return {"nccl_tests_version": NCCL_TESTS_VERSION, "generator": f"simcomm {__version__}", "test": h.test,
+            "config": {"nThread": h.threads, "nGpus": h.gpus, "nProcs": ranks // per_process, "nRanks": ranks,
+                       "minBytes": h.minbytes, "maxBytes": h.maxbytes,
+                       "stepFactor": int(h.factor) if h.factor is not None and h.factor.is_integer() else h.factor, "stepBytes": None if h.factor is not None else h.stepbytes,
+                       "warmupIters": h.warmup, "iters": h.iters, "aggIters": h.agg_iters, "validation": 0,
+                       "graph": 0},
+            "devices": [{"rank": r, "group": 0, "pid": r // per_process, "hostname": f"n{cluster.node_of(r)}",
+                         "device": cluster.local_rank(r), "busId": _bus_id(cluster, r), "name": cluster.device.name}
+                        for r in range(ranks)],
+            "comments": list(h.comments) + [c for comments, _ in tables for c in comments],
+            "results": results, "out_of_bounds": 0, "avg_bus_bandwidth": average_busbw(everything)}
