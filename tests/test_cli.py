@@ -22,70 +22,6 @@ def run(capsys, *argv):
     return code, out, err
 
 
-# ---- perf --------------------------------------------------------------------------------------------------
-def test_perf_prints_the_full_nccl_tests_table_fast(capsys):
-    t0 = time.perf_counter()
-    code, out, err = run(capsys, "perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8", "--cluster", "hgx-h100")
-    wall = time.perf_counter() - t0
-    assert code == 0 and err == ""
-    assert wall < 2.0, f"perf took {wall:.2f} s"
-    rows = [line.split() for line in out.splitlines() if line and not line.startswith("#")]
-    assert len(rows) == 31
-    assert [int(r[0]) for r in rows] == [8 << i for i in range(31)]
-    for r in rows:
-        assert len(r) == 13 and r[2] == "float" and r[3] == "sum" and r[4] == "-1" and r[8] == "N/A"
-        algbw, busbw = float(r[6]), float(r[7])
-        assert busbw == pytest.approx(algbw * 2 * 7 / 8, abs=0.014)
-        assert r[5] == r[9] and r[6] == r[10]  # in-place = out-of-place
-    assert "# Out of bounds values : 0 OK" in out and "# Avg bus bandwidth    : " in out
-    assert float(rows[-1][7]) > 300
-
-
-def test_perf_command_line_under_two_seconds():
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "simcomm.cli", "perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8",
-                           "--cluster", "hgx-h100"], capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - t0
-    assert proc.returncode == 0 and proc.stdout.count("\n") > 40
-    assert wall < 4.0, f"{wall:.2f} s including interpreter start (target 2 s on an idle machine)"
-
-
-@pytest.mark.parametrize("coll,factor,redop,root", [("all_gather", 7 / 8, "none", "-1"),
-                                                    ("reduce_scatter", 7 / 8, "sum", "-1"),
-                                                    ("alltoall", 7 / 8, "none", "-1"),
-                                                    ("broadcast", 1.0, "none", "0"), ("reduce", 1.0, "sum", "0"),
-                                                    ("sendrecv", 1.0, "sum", "-1")])
-def test_perf_collectives(capsys, coll, factor, redop, root):
-    code, out, _ = run(capsys, "perf", coll, "-b", "1M", "-e", "64M", "-f", "4", "-g", "8", "-d", "half")
-    assert code == 0
-    rows = [line.split() for line in out.splitlines() if line and not line.startswith("#")]
-    assert len(rows) == 4
-    for r in rows:
-        assert r[2] == "half" and r[3] == redop and r[4] == root
-        assert float(r[7]) == pytest.approx(float(r[6]) * factor, abs=0.014)
-
-
-def test_perf_json_multi_node_and_forced_choices(capsys):
-    code, out, _ = run(capsys, "perf", "all_reduce", "-b", "1M", "-e", "4M", "-g", "16", "--algo", "ring",
-                       "--proto", "Simple", "--json")
-    doc = json.loads(out)
-    assert code == 0 and doc["ranks"] == 16 and doc["cluster"].startswith("2x hgx-h100")
-    assert {(r["algorithm"], r["protocol"]) for r in doc["rows"]} == {("ring", "Simple")}
-    code, out, _ = run(capsys, "perf", "-b", "1M", "-e", "1M", "--algo", "auto,ring")
-    assert code == 0 and out.count("# Out of bounds values") == 2 and out.count("# nThread") == 1
-
-
-@pytest.mark.parametrize("argv,needle", [
-    (["perf", "-b", "1Mb"], "megabits"), (["perf", "all_reduse"], "did you mean 'all_reduce'"),
-    (["perf", "-d", "flaot"], "did you mean 'float'"), (["perf", "--cluster", "hgx-h1000"], "unknown preset"),
-    (["perf", "-g", "16", "--nodes", "1"], "does not fit"), (["perf", "--algo", "nosuch"], "--algo"),
-    (["perf", "--proto", "LL64"], "--proto"), (["perf", "-f", "1"], "-f"), (["perf", "-b", "8", "-e", "1"], "begin"),
-])
-def test_perf_usage_errors_exit_2_without_traceback(capsys, argv, needle):
-    code, out, err = run(capsys, *argv)
-    assert code == 2 and needle in err and "Traceback" not in err and err.count("\n") == 1
-
-
 # ---- run / validate ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_every_scenario_runs_and_writes_its_outputs(capsys, tmp_path, path):
@@ -198,6 +134,47 @@ def test_presets(capsys):
     assert code == 0 and "hgx-h100" in out
     code, _, err = run(capsys, "presets", "hgx-h1000")
     assert code == 2 and "did you mean 'hgx-h100'" in err
+
+
+def test_presets_name_prints_units_and_no_paths_outside_the_repo(capsys):
+    """Issue 11: `presets NAME` printed raw floats, and a source cited a path outside the repository."""
+    code, out, _ = run(capsys, "presets", "hgx-h100", "--nodes", "2")
+    assert code == 0
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert lines["memory_bandwidth"].split()[1:] == ["3", "TB/s"]
+    assert lines["memory_capacity"].split()[1:] == ["80", "GiB"]
+    assert lines["compute_rate"].split()[1:] == ["790", "TFLOP/s"]
+    assert "370.8 GB/s per direction, 700 ns latency" in lines["intra_node"]
+    assert "48 GB/s per direction" in lines["inter_node"]
+    assert "/work/" not in out and "e+" not in out
+    code, out, _ = run(capsys, "presets", "hgx-h100", "--json")
+    assert json.loads(out)["units"]["memory_bandwidth"] == "bytes/s"
+
+
+def test_run_several_scenarios(capsys, tmp_path):
+    good = tmp_path / "a.yaml"
+    good.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizes: [1MiB]}\n")
+    other = tmp_path / "b.yaml"
+    other.write_text("cluster: {preset: dgx-a100}\nworkload: {kind: perf, sizes: [2MiB]}\n")
+    bad = tmp_path / "c.yaml"
+    bad.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizez: [1MiB]}\n")
+    code, out, err = run(capsys, "run", str(good), str(other), "--no-files")
+    assert code == 0 and err == "" and "scenario a:" in out and "scenario b:" in out
+    code, out, err = run(capsys, "run", str(good), str(bad), str(other), "--json", "--out", str(tmp_path / "o"),
+                         "--save-json")
+    docs = json.loads(out)
+    assert code == 2 and [d.get("scenario") for d in docs] == ["a", None, "b"]
+    assert docs[1]["scenario_file"] == str(bad) and "sizez" in docs[1]["error"]["message"] and "sizez" in err
+    assert (tmp_path / "o" / "a" / "result.json").exists() and (tmp_path / "o" / "b" / "result.json").exists()
+
+
+def test_python_dash_m_simcomm_from_another_directory(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "simcomm", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
+                           "--no-files"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and "scenario quickstart" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "simcomm", "--version"], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("simcomm ")
 
 
 @pytest.mark.parametrize("cmd", ["run", "perf", "sweep", "presets", "validate", "bench"])

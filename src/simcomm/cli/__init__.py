@@ -11,11 +11,10 @@ import json
 import shutil
 import sys
 
-from .errors import DeadlockError, MismatchError, RankFailed, SimcommError
+from ..errors import DeadlockError, MismatchError, RankFailed, SimcommError
+from . import perf
 
 EXIT_OK, EXIT_SIM, EXIT_USAGE = 0, 1, 2
-PERF_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv",
-                    "gather", "scatter")
 
 
 def _tty(stream) -> bool:
@@ -38,10 +37,35 @@ def _progress(label: str):
 
 # ---- run / validate --------------------------------------------------------------------------------------------
 def cmd_run(args) -> int:
-    from .report import PLOT_FILES, dumps, render, report_blocks, result_json, write_outputs
-    from .scenario import load_scenario
-    from .workloads import run_scenario
-    loaded = load_scenario(args.scenario)
+    """Run each scenario in turn; with several, a failing one is reported and the others still run."""
+    if len(args.scenarios) == 1:
+        return _run_one(args, args.scenarios[0], args.out, [])
+    docs: list = []
+    code = EXIT_OK
+    for path in args.scenarios:
+        out = None if args.out is None else f"{args.out}/{path.rsplit('/', 1)[-1].rsplit('.', 1)[0]}"
+        try:
+            code = max(code, _run_one(args, path, out, docs))
+        except Exception as exc:  # noqa: BLE001 - classified by _classify; anything else is re-raised
+            status = _classify(exc)
+            if status is None:
+                raise
+            code = max(code, status)
+            sys.stderr.write(f"simcomm: error: {path}: {exc}\n" if not getattr(exc, "problems", None)
+                             else str(exc).rstrip() + "\n")
+            docs.append({"scenario_file": path, "error": {"type": type(exc).__name__, "message": str(exc),
+                                                          "exit_code": status}})
+    if args.json:
+        from ..report import dumps
+        _print(dumps(docs))
+    return code
+
+
+def _run_one(args, path: str, out: str | None, docs: list) -> int:
+    from ..report import PLOT_FILES, dumps, render, report_blocks, result_json, write_outputs
+    from ..scenario import load_scenario
+    from ..workloads import run_scenario
+    loaded = load_scenario(path)
     o = loaded.scenario.outputs
     json_file = o.json or ("result.json" if args.save_json else None)
     trace_file = o.trace or ("trace.json" if args.trace else None)
@@ -54,19 +78,23 @@ def cmd_run(args) -> int:
             result = run_scenario(loaded, detail=args.detail, progress=progress)
     else:
         result = run_scenario(loaded, detail=args.detail)
-    written = write_outputs(result, args.out or o.dir or f"simcomm-out/{loaded.name}", json_file, trace_file, plots)
+    written = write_outputs(result, out or o.dir or f"simcomm-out/{loaded.name}", json_file, trace_file, plots)
     if args.json:
-        _print(dumps(result_json(result, written)))
+        doc = result_json(result, written)
+        if len(args.scenarios) == 1:
+            _print(dumps(doc))
+        else:
+            docs.append({"scenario_file": path, **doc})
     elif o.report:
         width = shutil.get_terminal_size((120, 24)).columns
         _print(render(report_blocks(result), rich=_tty(sys.stdout), width=width))
-        for what, path in written.items():
-            _print(f"wrote {what}: {path}")
+        for what, where in written.items():
+            _print(f"wrote {what}: {where}")
     return EXIT_OK
 
 
 def cmd_validate(args) -> int:
-    from .scenario import ScenarioError, load_scenario
+    from ..scenario import ScenarioError, load_scenario
     results, code = [], EXIT_OK
     for path in args.scenarios:
         try:
@@ -85,77 +113,6 @@ def cmd_validate(args) -> int:
     if args.json:
         _print(json.dumps(results, indent=2))
     return code
-
-
-# ---- perf ------------------------------------------------------------------------------------------------------
-def _perf_cluster(args):
-    from .hardware import build_cluster
-    from .hardware.presets import get_preset
-    probe = build_cluster(args.cluster)
-    nodes = args.nodes
-    if nodes is None:
-        nodes = 1 if not args.ranks else -(-args.ranks // probe.ranks_per_node)
-        if get_preset(args.cluster).name == "cpu-host" and args.ranks and args.ranks <= 64:
-            return build_cluster(args.cluster, ranks_per_node=args.ranks)
-    cluster = probe if nodes == 1 else build_cluster(args.cluster, nodes=nodes)
-    if args.ranks and args.ranks > cluster.num_ranks:
-        raise SimcommError(f"-g {args.ranks} does not fit {cluster.name}, which has {cluster.num_ranks} ranks")
-    return cluster
-
-
-def cmd_perf(args) -> int:
-    from .algorithms import PROTOCOLS
-    from .collective import sizes_between
-    from .engine import Simulation
-    from .report.table import nccl_table, tuner_summary
-    from .workloads.names import COLL_ALIASES, COLLECTIVES, DTYPE_ALIASES, DTYPES, OP_ALIASES, OPS, choice
-    from .units import parse_size
-    from .workloads.perf import expand_algorithms, run_perf
-    def pick(flag, value, choices, aliases, what):
-        try:
-            return choice(value, choices, aliases, what)
-        except ValueError as exc:
-            raise SimcommError(f"{flag}: {exc}, found {value!r}") from None
-    kind = pick("collective", args.collective.removesuffix("_perf"), COLLECTIVES, COLL_ALIASES, "a collective")
-    dtype = pick("-d", args.dtype, tuple(DTYPES), DTYPE_ALIASES, "a dtype")
-    op = pick("-o", args.op, OPS, OP_ALIASES, "a reduce op")
-    if args.proto is not None and args.proto not in PROTOCOLS:
-        raise SimcommError(f"--proto: expected one of {', '.join(PROTOCOLS)}, found {args.proto!r}")
-    begin, end = parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e")
-    increment = parse_size(args.stepbytes, "-i") if args.stepbytes else None
-    if not args.factor > 1 and not increment:
-        raise SimcommError(f"-f: expected a factor > 1, found {args.factor:g}")
-    sizes = sizes_between(begin, end, args.factor, increment)
-    if len(sizes) > 4096:
-        raise SimcommError(f"{len(sizes)} sizes: expected at most 4096 (raise -f or -i)")
-    cluster = _perf_cluster(args)
-    n = args.ranks or cluster.num_ranks
-    if args.root >= n:
-        raise SimcommError(f"-r: expected a root below {n}, found {args.root}")
-    algos = [a.strip() for a in args.algo.split(",")] if args.algo else ["auto"]
-    if not any(expand_algorithms([a], kind) for a in algos):
-        from .algorithms import algorithms_for
-        raise SimcommError(f"--algo: {args.algo} is not available for {kind}; expected auto, all or one of "
-                           f"{', '.join(algorithms_for(kind))}")
-    sim = Simulation(cluster, "steps")
-    rows = run_perf(sim, [kind], sizes, ranks=n, dtype=dtype, op=op, root=args.root, algorithms=algos,
-                    protocol=args.proto)
-    if args.json:
-        _print(json.dumps({"collective": kind, "cluster": cluster.name, "ranks": n, "dtype": dtype, "op": op,
-                           "units": {"size": "bytes", "time": "seconds", "algbw": "bytes/s", "busbw": "bytes/s"},
-                           "rows": [r.as_dict() for r in rows]}, indent=2))
-        return EXIT_OK
-    type_name = DTYPES[dtype][1]
-    first = True
-    for algo in expand_algorithms(algos, kind):
-        sub = [r for r in rows if r.requested == (algo or "auto")]
-        comments = [f"simcomm: {kind} simulated on {cluster.name}, {n} ranks of {cluster.device.name}; "
-                    f"algorithm {algo or 'auto (tuner)'}, protocol {args.proto or 'auto'}"]
-        text = nccl_table(sub, cluster, type_name, minbytes=begin, maxbytes=end, factor=args.factor,
-                          preamble=first, comments=comments)
-        _print(text + f"# simcomm: chose {tuner_summary(sub)}")
-        first = False
-    return EXIT_OK
 
 
 # ---- sweep -----------------------------------------------------------------------------------------------------
@@ -179,7 +136,7 @@ _US_KEYS, _GB_KEYS = ("time", "alone", "elapsed", "collective_time"), ("busbw", 
 
 
 def _sweep_cell(key, v):
-    from .units import format_size
+    from ..units import format_size
     if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
         return v
     if key in _US_KEYS:
@@ -190,9 +147,9 @@ def _sweep_cell(key, v):
 
 
 def cmd_sweep(args) -> int:
-    from .report.table import render
-    from .scenario import load_scenario
-    from .scenario.sweep import run_sweep
+    from ..report.table import render
+    from ..scenario import load_scenario
+    from ..scenario.sweep import run_sweep
     loaded = load_scenario(args.scenario)
     sweep = loaded.scenario.sweep
     params = dict(sweep.parameters) if sweep else {}
@@ -207,11 +164,11 @@ def cmd_sweep(args) -> int:
     else:
         rows = run_sweep(loaded, params, jobs, args.ray is not None, args.ray or None)
     if args.out:
-        from .report.json_out import dumps
+        from ..report.json_out import dumps
         with open(args.out, "w") as f:
             f.write(dumps({"scenario": loaded.name, "parameters": params, "rows": rows}))
     if args.json:
-        from .report.json_out import dumps
+        from ..report.json_out import dumps
         _print(dumps({"scenario": loaded.name, "parameters": params, "rows": rows}))
     else:
         keys = list(dict.fromkeys(k for r in rows for k in r))
@@ -222,16 +179,46 @@ def cmd_sweep(args) -> int:
 
 
 # ---- presets / bench -------------------------------------------------------------------------------------------
+PRESET_UNITS = {"memory_bandwidth": "bytes/s", "memory_capacity": "bytes", "compute_rate": "flop/s",
+                "bandwidth": "bytes/s", "latency": "seconds"}
+
+
+def _preset_value(key: str, v) -> str:
+    """A preset figure with its unit: 3 TB/s, 80 GiB, 790 TFLOP/s, 'nvlink 370.8 GB/s, 700 ns'."""
+    from ..units import format_rate, format_size, format_time
+    if isinstance(v, dict):
+        parts = []
+        for k, x in v.items():
+            if k == "bandwidth":
+                parts.append(f"{format_rate(x)} per direction" if x else "none")
+            elif k == "latency":
+                parts.append(f"{format_time(x)} latency" if x else "")
+            else:
+                parts.append(f"{k.replace('_', ' ')} {x}")
+        return ", ".join(p for p in parts if p) or "-"
+    if isinstance(v, list):
+        return "; ".join(map(str, v)) or "-"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if key == "memory_bandwidth":
+        return format_rate(v)
+    if key == "memory_capacity":
+        return format_size(v)
+    if key == "compute_rate":
+        return f"{v / 1e12:g} TFLOP/s"
+    return str(v)
+
+
 def cmd_presets(args) -> int:
-    from .hardware import PRESETS, build_cluster, describe_preset
-    from .report.json_out import dumps
-    from .report.table import render
+    from ..hardware import PRESETS, build_cluster, describe_preset
+    from ..report.json_out import dumps
+    from ..report.table import render
     if args.name:
         d = describe_preset(args.name, args.nodes)
         if args.json:
-            _print(dumps(d))
+            _print(dumps({**d, "units": PRESET_UNITS}))
             return EXIT_OK
-        rows = [(k, json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in d.items()]
+        rows = [(k, _preset_value(k, v)) for k, v in d.items()]
         _print(render([(f"preset {d['preset']}", ["key", "value"], rows)], rich=_tty(sys.stdout)))
         return EXIT_OK
     listing = []
@@ -255,7 +242,7 @@ def cmd_bench(args) -> int:
             _print("usage: simcomm bench [...]\n\nMeasure the simulator's own speed (simcomm.bench).")
             return EXIT_OK
         raise SimcommError("simcomm bench is not available in this build (simcomm/bench.py is missing)")
-    from . import bench
+    from .. import bench
     try:
         return int(bench.main(list(args.rest)) or 0)
     except SystemExit as exc:  # its argparse: --help, or a usage error
@@ -264,7 +251,7 @@ def cmd_bench(args) -> int:
 
 # ---- parser ----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
     p = argparse.ArgumentParser(prog="simcomm", description="Simulate collective communication of distributed "
                                 "deep learning on modelled GPU clusters.")
     p.add_argument("--version", action="version", version=f"simcomm {__version__}")
@@ -273,9 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario file and print its report",
                        description="Run a scenario; write JSON, trace and plots as its outputs section (or these "
                                    "flags) ask.")
-    r.add_argument("scenario", help="scenario YAML file")
-    r.add_argument("--out", help="output directory (default: outputs.dir, else simcomm-out/<name>)")
-    r.add_argument("--json", action="store_true", help="print the result as JSON instead of the report")
+    r.add_argument("scenarios", nargs="+", metavar="scenario", help="scenario YAML files, run one after another")
+    r.add_argument("--out", help="output directory (default: outputs.dir, else simcomm-out/<name>; with several "
+                                 "scenarios, OUT/<file name> each)")
+    r.add_argument("--json", action="store_true", help="print the result as JSON instead of the report (a list "
+                                                       "with several scenarios)")
     r.add_argument("--save-json", action="store_true", help="also write result.json to the output directory")
     r.add_argument("--trace", action="store_true", help="also write a Chrome/Perfetto trace (trace.json)")
     r.add_argument("--plots", action="store_true", help="also write PNG plots")
@@ -283,27 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--detail", choices=["flows", "steps"], help="override model.detail")
     r.set_defaults(func=cmd_run)
 
-    f = sub.add_parser("perf", help="nccl-tests style sweep of one collective",
-                       description="Speaks nccl-tests: simcomm perf all_reduce -b 8 -e 8G -f 2 -g 8 "
-                                   "--cluster hgx-h100. -n/-w/-c are accepted for compatibility and ignored.")
-    f.add_argument("collective", nargs="?", default="all_reduce", help=", ".join(PERF_COLLECTIVES))
-    f.add_argument("-b", "--minbytes", default="32M", help="smallest size (default 32M)")
-    f.add_argument("-e", "--maxbytes", default="32M", help="largest size (default 32M)")
-    f.add_argument("-f", "--stepfactor", dest="factor", type=float, default=2.0, help="size factor (default 2)")
-    f.add_argument("-i", "--stepbytes", default=None, help="size increment instead of a factor")
-    f.add_argument("-g", "--ngpus", "--ranks", dest="ranks", type=int, default=None,
-                   help="ranks in total (default: every rank of the cluster)")
-    f.add_argument("-d", "--datatype", dest="dtype", default="float", help="float, half, bfloat16, double, int32...")
-    f.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg")
-    f.add_argument("-r", "--root", type=int, default=0, help="root of broadcast/reduce")
-    f.add_argument("--cluster", default="hgx-h100", help="preset (see simcomm presets)")
-    f.add_argument("--nodes", type=int, default=None, help="nodes (default: enough for -g)")
-    f.add_argument("--algo", help="NCCL_ALGO: auto, all, or names such as ring,tree (comma-separated)")
-    f.add_argument("--proto", help="NCCL_PROTO: LL, LL128 or Simple")
-    for flag in ("-n", "-w", "-c", "-a", "-z", "-t", "-G"):
-        f.add_argument(flag, default=None, help=argparse.SUPPRESS)
-    f.add_argument("--json", action="store_true", help="print rows as JSON")
-    f.set_defaults(func=cmd_perf)
+    perf.add_parser(sub)
 
     s = sub.add_parser("sweep", help="run a parameter grid over a scenario in parallel",
                        description="Every combination of the scenario's sweep.parameters and --param values.")
@@ -343,31 +312,43 @@ def _fail(args, exc: BaseException, code: int) -> int:
     return code
 
 
+def _classify(exc: BaseException) -> int | None:
+    """The exit code for an error a user can cause; None for a bug (which keeps its traceback)."""
+    from ..hardware import HardwareError
+    from ..units import UnitError
+    if isinstance(exc, (DeadlockError, MismatchError, RankFailed)):
+        return EXIT_SIM
+    if isinstance(exc, (SimcommError, UnitError, HardwareError, OSError)):
+        return EXIT_USAGE
+    return None
+
+
 def main(argv=None) -> int:
-    from .hardware import HardwareError
-    from .units import UnitError
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv[:1] == ["bench"]:  # everything after `bench`, --help included, belongs to simcomm.bench
             args = argparse.Namespace(func=cmd_bench, rest=argv[1:], json=False)
         else:
+            argv, launch = perf.split_argv(argv)  # `perf mpirun -np 16 all_reduce_perf ...`
             args = parser.parse_args(argv)
+            if launch is not None:
+                args.launch = launch
     except SystemExit as exc:  # --help and usage errors
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
+    except SimcommError as exc:  # a launcher line that cannot be read
+        return _fail(argparse.Namespace(json="--json" in argv), exc, EXIT_USAGE)
     try:
         return args.func(args)
-    except (DeadlockError, MismatchError, RankFailed) as exc:
-        return _fail(args, exc, EXIT_SIM)
-    except (SimcommError, UnitError, HardwareError) as exc:
-        return _fail(args, exc, EXIT_USAGE)
     except BrokenPipeError:
         return EXIT_OK
-    except OSError as exc:  # an output file or directory that cannot be written
-        return _fail(args, exc, EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - user errors get one line; bugs keep their traceback
+        code = _classify(exc)
+        if code is None:
+            raise
+        return _fail(args, exc, code)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["EXIT_OK", "EXIT_SIM", "EXIT_USAGE", "build_parser", "main"]

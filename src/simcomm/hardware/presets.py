@@ -2,8 +2,8 @@
 
 Link bandwidths are the EFFECTIVE per-direction rates NCCL's cost model uses (src/graph/tuning.cc), so simulated
 busbw lines up with nccl-tests; line rates are quoted in the descriptions. Latencies are hardware-only estimates:
-protocol software overheads are added by the backends. Source for every figure unless noted:
-/work/shared/reference/collective-cost-models.md.
+protocol software overheads are added by the backends. Source for every figure unless noted: NCCL's tuning
+model and published nccl-tests results, as summarised in docs/model.md ("Effective link figures").
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ H200_SXM = DeviceSpec("H200-SXM-141GB", "gpu", 4.3e12, 141 * 10**9, 790e12)  # m
 A100_PCIE = DeviceSpec("A100-PCIe-40GB", "gpu", 1.5e12, 40 * GIB, 312e12)  # nominal
 CPU_PROC = DeviceSpec("CPU process", "cpu", 10e9, 16 * GIB, 50e9, fused_reduction=False)  # estimates
 
-_REF = "/work/shared/reference/collective-cost-models.md"
+_REF = "docs/model.md: effective link figures (NCCL's tuning model, published nccl-tests results)"
 _NCCL = "NCCL src/graph/tuning.cc: NVLink 20.0 (SM80) / 20.6 (SM90) GB/s per link, PCIe width*rate/80"
 
 

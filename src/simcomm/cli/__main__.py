@@ -1,0 +1,7 @@
+"""`python -m simcomm.cli`: the simcomm command."""
+import sys
+
+from . import main
+
+if __name__ == "__main__":
+    sys.exit(main())
