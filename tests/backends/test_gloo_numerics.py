@@ -2,7 +2,7 @@
 
 One program per group size runs every check (spawning costs seconds), once on simcomm and once on real gloo,
 through simcomm.backends.compare. The real results also feed the gloo plans directly (reduce with its partial
-sums on non-roots, both reduce_scatter forms), which run_collective does not select for those collectives yet.
+sums on non-roots, both reduce_scatter forms).
 """
 import warnings
 
@@ -23,10 +23,8 @@ from simcomm.algorithms.reduce_ops import ReduceOp
 from simcomm.backends import bitwise_equal, compare, diff
 
 SIZES = [1, 7, 65537]  # plus 1000+3N+1 (not divisible by N) and just over 2N MiB (more segments than 2N)
-# Results simcomm is not expected to share with gloo (yet): reduce and reduce_scatter of random floats use
-# simcomm's own orders until the registry selects gloo_reduce / gloo_reduce_scatter for numerics="gloo", and
-# simcomm leaves non-root reduce tensors as they were where gloo leaves partial sums.
-NOT_YET = {"reduce_random", "reduce_nonroot", "rs_random_list", "rs_random_flat"}
+# Results simcomm is not expected to share with gloo: none (non-root reduce tensors hold gloo's partial sums).
+NOT_YET: set[str] = set()
 
 
 def sizes_for(n):
@@ -125,7 +123,7 @@ def battery(rank, dist, sizes):
     for q in reqs:
         q.wait()
     out["ring_p2p"] = recv if n > 1 else None
-    # reductions in gloo's own orders (NOT_YET on simcomm; checked against the gloo plans below)
+    # reductions in gloo's own orders (also checked against the gloo plans below)
     for c in (7, 65537):
         o = torch.empty(c)
         dist.reduce_scatter(o, [_floats(_gen(10 + j, rank), c) for j in range(n)])

@@ -570,8 +570,10 @@ def test_t4_reduce_to_rank_3():
         dist.reduce(tensor, dst=3, op=dist.ReduceOp.SUM)
         return tensor.tolist()
 
-    # Only the destination's result is specified ("the tensor in every rank might be altered").
-    assert spawn(run, 4, cluster="cpu-host", args=(4,)).results[3] == [16, 20]
+    # Only the destination's result is specified ("the tensor in every rank might be altered"); with gloo
+    # numerics the other ranks hold the partial sums real gloo leaves there (checked against gloo in
+    # tests/backends/test_conformance.py).
+    assert spawn(run, 4, cluster="cpu-host", args=(4,)).results == [[16, 20], [15, 18], [12, 14], [16, 20]]
 
 
 def test_t4_all_gather_and_all_reduce():

@@ -105,7 +105,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
 
 
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
-    """Reduce onto dst; other ranks' tensors are left as they were."""
+    """Reduce onto dst. Other ranks' tensors: as they were with NCCL numerics; with gloo numerics, the partial
+    results gloo's ring leaves in them (see algorithms/gloo.py)."""
     op = _check_op(op)
     g = resolve_group(group)
     if g is None:
@@ -115,8 +116,13 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
 
     def runner(tensors, done):
         rows = _rows([as_array(t) for t in tensors], numel_of(tensor))
-        _launch("reduce", g, numel_of(tensor), dtype_of(tensor), rows,
-                lambda r: _write(tensors[root], r[root]), op, root)(done)
+        everyone = _config("reduce")["numerics"] == "gloo"
+
+        def finish(r):
+            for i, t in enumerate(tensors):
+                if i == root or everyone:
+                    _write(t, r[i])
+        _launch("reduce", g, numel_of(tensor), dtype_of(tensor), rows, finish, op, root)(done)
     return _start("reduce", group, sig, tensor, runner, async_op)
 
 
