@@ -55,12 +55,14 @@ def _is_torch(t) -> bool:
 
 
 def as_array(t) -> np.ndarray | None:
-    """A numpy view of t's data (shared memory), or None for a size-only tensor."""
+    """A numpy view of t's data (shared memory), or None for a size-only tensor (SizeOnly or torch meta)."""
     if isinstance(t, SizeOnly):
         return None
     if isinstance(t, np.ndarray):
         return t
     if _is_torch(t):
+        if t.device.type == "meta":  # torch's own size-only tensors
+            return None
         if t.device.type != "cpu":
             raise TypeError(f"simcomm needs CPU tensors, got a tensor on {t.device}")
         if str(t.dtype) == "torch.bfloat16":

@@ -1,0 +1,186 @@
+"""launch(): install the patches, run the script's ranks as a simulated world, restore everything."""
+from __future__ import annotations
+
+import os
+import sys
+import time as _time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as tdist
+import torch.multiprocessing as tmp
+
+from ...distributed.spawn import resolve_cluster
+from ...errors import SimcommError
+import dataclasses
+
+from ...hardware import Cluster, build_cluster, build_fabric, get_preset
+from . import clock as launch_clock
+from . import multiprocessing as launch_mp
+from .cuda import LaunchDevice, cuda_functions
+from .dist import replacements
+from .environ import RankEnviron
+from .patching import Patcher
+from .script import MainProxy, Script
+from .world import Options, World
+
+
+@dataclass
+class WorldRecord:
+    """What one world of the launch did, in simulated time."""
+
+    kind: str  # "torchrun", "spawn" or "process"
+    nprocs: int
+    cluster: str
+    elapsed: float | None  # simulated seconds; None if it failed
+    finish_times: list = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class LaunchResult:
+    worlds: list[WorldRecord]
+
+    @property
+    def ok(self) -> bool:
+        return all(w.error is None for w in self.worlds)
+
+
+def torchrun_cluster(cluster, nproc_per_node: int, nnodes: int) -> Cluster:
+    """The cluster for `nnodes` x `nproc_per_node` ranks: ranks r -> node r // nproc_per_node, local GPU
+    r % nproc_per_node (a node with fewer ranks than GPUs keeps its first GPUs)."""
+    if isinstance(cluster, Cluster):
+        if cluster.num_nodes != nnodes or cluster.ranks_per_node < nproc_per_node:
+            raise SimcommError(f"--nnodes {nnodes} --nproc-per-node {nproc_per_node} does not fit {cluster.name}")
+        return cluster
+    probe = build_cluster(cluster)
+    if probe.device.kind == "cpu":
+        return build_cluster(cluster, nodes=nnodes, ranks_per_node=nproc_per_node)
+    if nproc_per_node > probe.ranks_per_node:
+        raise SimcommError(f"--nproc-per-node {nproc_per_node} exceeds the {probe.ranks_per_node} GPUs per node of "
+                           f"{probe.name}")
+    if nnodes == 1:
+        return probe
+    full = build_cluster(cluster, nodes=nnodes)
+    if nproc_per_node == probe.ranks_per_node:
+        return full
+    template = _first_ranks(probe.template, nproc_per_node)
+    fabric = build_fabric(get_preset(cluster).default_fabric, nnodes, template)
+    return Cluster(f"{nnodes}x {probe.name} ({nproc_per_node} of {probe.ranks_per_node} GPUs, {fabric.kind})",
+                   template, nnodes, fabric)
+
+
+def _first_ranks(t, n: int):
+    """Node template t with only its first n endpoints (the other GPUs and their links removed)."""
+    gone = set(t.endpoints[n:])
+    return dataclasses.replace(
+        t, vertices={v: k for v, k in t.vertices.items() if v not in gone}, endpoints=t.endpoints[:n],
+        links=tuple(link for link in t.links if link.src not in gone and link.dst not in gone),
+        endpoint_nic=t.endpoint_nic[:n], description=f"{t.description} [first {n} GPUs only]")
+
+
+class _Launch:
+    """The patches of one launch, and the worlds it runs."""
+
+    def __init__(self, options: Options, script: Script, argv: list[str]):
+        self.options, self.script, self.argv = options, script, argv
+        self.worlds: list[World] = []
+        self.patcher = Patcher()
+        self.failures: list[BaseException] = []
+
+    def new_world(self, kind: str, nprocs: int, environs: list, main_module, cluster=None,
+                  local_ranks=None) -> World:
+        c = cluster or resolve_cluster(self.options.cluster, nprocs)
+        world = World(kind, nprocs, c, self.options, main_module, environs,
+                      local_ranks or [r % c.ranks_per_node for r in range(nprocs)])
+        self.worlds.append(world)
+        return world
+
+    def __enter__(self):
+        p = self.patcher
+        for name, fn in replacements().items():
+            p.set(tdist, name, fn)
+        originals = {name: getattr(torch.cuda, name) for name in dir(torch.cuda)}
+        for name, fn in cuda_functions(originals).items():
+            p.set(torch.cuda, name, fn)
+        p.set(torch, "device", LaunchDevice)
+        for name, fn in launch_clock.REPLACEMENTS.items():
+            p.set(_time, name, fn)
+        import multiprocessing as std_mp
+        launch_mp._STATE.update(new_world=self.new_world, failures=self.failures, start_method=None,
+                                originals={name: getattr(std_mp, name) for name in launch_mp.REPLACEMENTS
+                                           if hasattr(std_mp, name)} | {"spawn": tmp.spawn})
+        for name, fn in launch_mp.REPLACEMENTS.items():
+            p.set(tmp, name, fn)
+            if name in ("Process", "get_context", "set_start_method", "get_start_method"):
+                p.set(std_mp, name, fn)
+        self.environ = RankEnviron(os.environ)
+        p.set(os, "environ", self.environ)
+        p.set(sys, "argv", [str(self.script.path), *self.argv])
+        p.set(sys, "path", [str(self.script.path.parent), *sys.path])
+        self.real_main = sys.modules["__main__"]
+        sys.modules["__main__"] = MainProxy(self.real_main)
+        return self
+
+    def __exit__(self, *exc):
+        sys.modules["__main__"] = self.real_main
+        self.patcher.restore()
+        launch_mp._STATE.clear()
+        return False
+
+
+def _torchrun_environ(base: dict, rank: int, nproc_per_node: int, nnodes: int, port: int) -> dict:
+    """What torchrun puts in each rank's environment."""
+    world = nproc_per_node * nnodes
+    env = dict(base)
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank % nproc_per_node), GROUP_RANK=str(rank // nproc_per_node),
+               ROLE_RANK=str(rank), NODE_RANK=str(rank // nproc_per_node), WORLD_SIZE=str(world),
+               LOCAL_WORLD_SIZE=str(nproc_per_node), ROLE_WORLD_SIZE=str(world), GROUP_WORLD_SIZE=str(nnodes),
+               ROLE_NAME="default", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               TORCHELASTIC_RUN_ID="simcomm", TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0",
+               OMP_NUM_THREADS=base.get("OMP_NUM_THREADS", "1"))
+    return env
+
+
+def launch(script, script_args=(), nproc_per_node: int = 1, nnodes: int = 1, cluster="hgx-h100", *,
+           cuda_as: str = "cpu", count_flops: bool = False, flop_rate: float | None = None,
+           numerics: str | None = None) -> LaunchResult:
+    """Run `script` as torchrun would (nnodes x nproc_per_node ranks, each running the file as __main__), on the
+    simulated `cluster`. Scripts that start their own ranks with torch.multiprocessing run those as worlds too.
+
+    Raises what a rank raised (SimcommError subclasses: RankFailed, DeadlockError, MismatchError, ...).
+    """
+    if nproc_per_node < 1 or nnodes < 1:
+        raise SimcommError(f"--nproc-per-node and --nnodes must be >= 1, got {nproc_per_node} and {nnodes}")
+    if cuda_as not in ("cpu", "meta"):
+        raise SimcommError(f"cuda_as must be 'cpu' or 'meta', got {cuda_as!r}")
+    options = Options(cluster, cuda_as, count_flops, flop_rate, numerics)
+    s = Script(script)
+    n = nproc_per_node * nnodes
+    c = torchrun_cluster(cluster, nproc_per_node, nnodes)
+    with _Launch(options, s, list(script_args)) as active:
+        base = active.environ.snapshot()
+        envs = [_torchrun_environ(base, r, nproc_per_node, nnodes, 29500) for r in range(n)]
+        modules = [s.new_module() for _ in range(n)]
+        world = active.new_world("torchrun", n, envs, None, cluster=c,
+                                 local_ranks=[r % nproc_per_node for r in range(n)])
+
+        def rank_main(rank):
+            from .context import current_context
+            current_context().main_module = modules[rank]
+            s.run(modules[rank], rank)
+
+        try:
+            world.run(rank_main)
+        finally:
+            records = [_record(w) for w in active.worlds]
+    result = LaunchResult(records)
+    if active.failures and result.ok:
+        raise active.failures[0]
+    return result
+
+
+def _record(w: World) -> WorldRecord:
+    r = w.result
+    return WorldRecord(w.kind, w.nprocs, w.cluster.name, None if r is None else r.elapsed,
+                       [] if r is None else list(r.finish_times), None if w.error is None else str(w.error))

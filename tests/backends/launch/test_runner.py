@@ -1,0 +1,189 @@
+"""simcomm launch: a script behaves as in its own process on the simulated cluster, and nothing leaks out."""
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+import torch.distributed as tdist
+
+from simcomm.backends.launch import launch
+from simcomm.backends.launch.runner import torchrun_cluster
+from simcomm.errors import DeadlockError, RankFailed
+
+
+def script(tmp_path, body: str, name="prog.py"):
+    path = tmp_path / name
+    path.write_text("import os, sys, time\nimport torch\nimport torch.distributed as dist\n"
+                    + textwrap.dedent(body))
+    return path
+
+
+def run(tmp_path, body, nproc=2, cluster="hgx-h100", args=(), **kw):
+    return launch(script(tmp_path, body), list(args), nproc_per_node=nproc, cluster=cluster, **kw)
+
+
+def test_environment_rank_and_backend_per_rank(tmp_path, capsys):
+    result = run(tmp_path, """
+        dist.init_process_group("nccl")
+        os.environ["MINE"] = os.environ["RANK"]  # a rank's writes stay in its own environment
+        dist.barrier()
+        print(os.environ["RANK"], os.getenv("LOCAL_RANK"), os.environ["WORLD_SIZE"], os.environ["MINE"],
+              dist.get_backend(), dist.get_rank(), sys.argv[1:], __name__)
+    """, nproc=3, args=["--x", "1"])
+    lines = sorted(capsys.readouterr().out.splitlines())
+    assert lines == [f"{r} {r} 3 {r} nccl {r} ['--x', '1'] __main__" for r in range(3)]
+    assert [w.nprocs for w in result.worlds] == [3] and result.ok
+
+
+def test_everything_is_restored_afterwards(tmp_path):
+    before = (os.environ, time.sleep, time.time, tdist.all_reduce, tdist.init_process_group, torch.device,
+              torch.cuda.is_available, sys.modules["__main__"], list(sys.argv), list(sys.path))
+    run(tmp_path, "dist.init_process_group('gloo')\ndist.all_reduce(torch.ones(2))\n", cluster="cpu-host")
+    after = (os.environ, time.sleep, time.time, tdist.all_reduce, tdist.init_process_group, torch.device,
+             torch.cuda.is_available, sys.modules["__main__"], list(sys.argv), list(sys.path))
+    assert all(a is b or a == b for a, b in zip(before, after))
+    assert "RANK" not in os.environ and not torch.cuda.is_available()
+
+
+def test_sleep_and_clock_are_simulated(tmp_path, capsys):
+    t0 = time.monotonic()
+    result = run(tmp_path, """
+        dist.init_process_group("nccl")
+        start = time.time()
+        time.sleep(5.0 * dist.get_rank())
+        dist.barrier()
+        print(round(time.time() - start, 3), round(time.perf_counter() - time.perf_counter(), 6))
+    """)
+    assert time.monotonic() - t0 < 10  # nobody really slept 5 s
+    assert sorted(capsys.readouterr().out.split()) == ["0.0", "0.0", "5.0", "5.0"]
+    assert 5.0 < result.worlds[0].elapsed < 5.001
+
+
+def test_cuda_calls_map_to_the_simulated_gpus(tmp_path, capsys):
+    run(tmp_path, """
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        d = torch.device(torch.cuda.current_device())
+        x = torch.ones(2).cuda() + torch.ones(2, device="cuda") + torch.ones(2).to(d) + torch.ones(2, device=d)
+        dist.all_reduce(x)
+        print(torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.current_device(), d,
+              torch.cuda.get_device_name(), x.tolist())
+    """)
+    out = sorted(capsys.readouterr().out.splitlines())
+    assert out == [f"True 8 {r} cuda:{r} H100-SXM5-80GB [8.0, 8.0]" for r in range(2)]
+
+
+def test_meta_tensors_are_size_only(tmp_path, capsys):
+    result = run(tmp_path, """
+        dist.init_process_group("nccl")
+        big = torch.empty(1 << 30, device="cuda")  # 4 GiB each, never allocated with --cuda-as meta
+        dist.all_reduce(big)
+        print(big.device, big.shape[0])
+    """, nproc=8, cuda_as="meta")
+    assert capsys.readouterr().out.split() == ["meta", str(1 << 30)] * 8
+    busbw = 2 * 7 / 8 * (4 << 30) / result.worlds[0].elapsed
+    assert 200e9 < busbw < 700e9  # an NVSwitch all-reduce of 4 GiB, not zero time
+
+
+def test_compute_is_charged_at_the_flop_rate(tmp_path):
+    body = """
+        dist.init_process_group("gloo")
+        a = torch.ones(64, 64)
+        for _ in range(10):
+            a = a @ a / 64
+        dist.barrier()
+    """
+    plain = run(tmp_path, body, cluster="cpu-host").worlds[0].elapsed
+    counted = run(tmp_path, body, cluster="cpu-host", count_flops=True, flop_rate=1e9).worlds[0].elapsed
+    assert counted - plain == pytest.approx(10 * 2 * 64 ** 3 / 1e9, rel=1e-9)
+
+
+def test_random_generators_are_per_rank(tmp_path, capsys):
+    run(tmp_path, """
+        dist.init_process_group("gloo")
+        torch.manual_seed(dist.get_rank())
+        dist.barrier()  # other ranks seed their own generators meanwhile
+        print(dist.get_rank(), torch.randint(0, 1000, (3,)).tolist())
+    """, nproc=3, cluster="cpu-host")
+    got = dict(line.split(" ", 1) for line in capsys.readouterr().out.splitlines())
+    for r in range(3):
+        assert got[str(r)] == str(torch.randint(0, 1000, (3,), generator=torch.Generator().manual_seed(r)).tolist())
+
+
+def test_objects_of_script_classes_travel(tmp_path, capsys):
+    run(tmp_path, """
+        from dataclasses import dataclass
+
+        @dataclass
+        class Note:
+            rank: int
+
+        dist.init_process_group("gloo")
+        out = [None] * dist.get_world_size()
+        dist.all_gather_object(out, Note(dist.get_rank()))
+        print(all(type(o) is Note for o in out), [o.rank for o in out])
+    """, nproc=2, cluster="cpu-host")
+    assert capsys.readouterr().out.splitlines() == ["True [0, 1]"] * 2
+
+
+def test_two_nodes_place_ranks_node_major(tmp_path, capsys):
+    c = torchrun_cluster("hgx-h100", 2, 2)
+    assert c.num_nodes == 2 and c.ranks_per_node == 2
+    result = launch(script(tmp_path, "dist.init_process_group('nccl')\nprint(os.environ['RANK'], "
+                                     "os.environ['LOCAL_RANK'], os.environ['GROUP_RANK'])\n"),
+                    nproc_per_node=2, nnodes=2, cluster="hgx-h100")
+    assert sorted(capsys.readouterr().out.splitlines()) == ["0 0 0", "1 1 0", "2 0 1", "3 1 1"]
+    assert "2x" in result.worlds[0].cluster
+
+
+def test_exit_status(tmp_path):
+    assert run(tmp_path, "sys.exit(0)\n").ok
+    with pytest.raises(RankFailed, match="rank 1: prog.py exited with status 3"):
+        run(tmp_path, "dist.init_process_group('nccl')\nsys.exit(3 if dist.get_rank() == 1 else 0)\n")
+
+
+def test_a_raising_rank_is_named_with_its_exception(tmp_path):
+    with pytest.raises(RankFailed, match="rank 1 raised KeyError") as info:
+        run(tmp_path, "dist.init_process_group('nccl')\nif dist.get_rank() == 1:\n    {}['x']\ndist.barrier()\n")
+    assert isinstance(info.value.original, KeyError)
+
+
+def test_torch_errors_for_misuse(tmp_path):
+    with pytest.raises(RankFailed, match="Default process group has not been initialized"):
+        run(tmp_path, "dist.all_reduce(torch.ones(1))\n")
+    with pytest.raises(RankFailed, match="initialize the default process group twice"):
+        run(tmp_path, "dist.init_process_group('gloo')\ndist.init_process_group('gloo')\n")
+    with pytest.raises(RankFailed, match="environment variable MASTER_ADDR expected"):
+        run(tmp_path, """
+            import torch.multiprocessing as mp
+            def fn(rank):
+                del os.environ["MASTER_ADDR"]
+                dist.init_process_group("gloo", rank=rank, world_size=2)
+            mp.spawn(fn, nprocs=2)
+        """, nproc=1)
+
+
+def test_deadlock_names_the_ranks(tmp_path):
+    with pytest.raises(DeadlockError, match="rank 0 waits in recv.src=1.; rank 1 waits in recv.src=0."):
+        run(tmp_path, "dist.init_process_group('nccl')\nt = torch.zeros(1)\ndist.recv(t, src=1 - dist.get_rank())\n")
+
+
+def test_process_failure_is_reported_and_the_parent_goes_on(tmp_path, capsys):
+    result = run(tmp_path, """
+        import torch.multiprocessing as mp
+        def child(rank):
+            dist.init_process_group("gloo", rank=rank, world_size=2)
+            raise RuntimeError(f"child {rank} gives up")
+        if __name__ == "__main__":
+            ps = [mp.Process(target=child, args=(r,)) for r in range(2)]
+            for p in ps:
+                p.start()
+            for p in ps:
+                p.join()
+            print("codes", [p.exitcode for p in ps])
+    """, nproc=1, cluster="cpu-host")
+    captured = capsys.readouterr()
+    assert "codes [1, 1]" in captured.out and "child 0 gives up" in captured.err
+    assert not result.ok and [w.kind for w in result.worlds] == ["torchrun", "process"]
