@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from simcomm.engine import Simulation
 from simcomm.hardware import build_cluster
+from simcomm.session import Session
 from simcomm.scenario import load_scenario
 from simcomm.workloads import run_scenario
 from simcomm.workloads.perf import run_perf
@@ -53,7 +53,7 @@ def test_perf_tables(case, golden):
     cluster = build_cluster(preset, nodes=nodes)
     book = golden("perf")
     for kind in KINDS:
-        sim = Simulation(cluster, "steps")
+        sim = Session(cluster, detail="steps")
         notes: list = []
         rows = run_perf(sim, [kind], SIZES, ranks=ranks, algorithms=algorithms, notes=notes)
         book.check(f"{case}:{kind}", {"rows": _rows(rows), "notes": notes})

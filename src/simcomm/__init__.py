@@ -7,6 +7,6 @@ from .distributed.spawn import SpawnResult, spawn
 
 __version__ = "0.1.0"
 
-__all__ = ["AlgorithmError", "Cluster", "DeadlockError", "DistError", "MismatchError", "RankFailed",
+__all__ = ["AlgorithmError", "Cluster", "clock", "DeadlockError", "DistError", "MismatchError", "RankFailed",
            "SimcommError", "SizeOnly", "SpawnResult", "__version__", "build_cluster", "list_presets", "size_only",
            "spawn"]

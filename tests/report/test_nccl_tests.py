@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from simcomm.engine import Simulation
+from simcomm.session import Session
 from simcomm.hardware import build_cluster
 from simcomm.report.nccl_tests import (Header, nccl_column_header, nccl_json, nccl_output, nccl_row, nccl_table,
                                        nccl_time)
@@ -40,7 +40,7 @@ def test_time_formats(us, text):
 
 def test_table_footer_and_busbw_factor():
     c = build_cluster("hgx-h100")
-    rows = run_perf(Simulation(c, "steps"), ["all_reduce"], [1 << 20, 1 << 26], algorithms=["ring"])
+    rows = run_perf(Session(c, detail="steps"), ["all_reduce"], [1 << 20, 1 << 26], algorithms=["ring"])
     for r in rows:
         assert r.busbw == pytest.approx(r.algbw * 2 * 7 / 8)
         assert r.algbw == pytest.approx(r.size / r.time)
@@ -60,7 +60,7 @@ def test_table_footer_and_busbw_factor():
 
 def test_preamble_start_and_conclusion_lines():
     c = build_cluster("hgx-h100", nodes=2)
-    rows = run_perf(Simulation(c, "steps"), ["all_gather"], [1 << 20], ranks=16)
+    rows = run_perf(Session(c, detail="steps"), ["all_gather"], [1 << 20], ranks=16)
     h = Header("all_gather_perf", threads=2, gpus=1, minbytes=1 << 20, maxbytes=1 << 20, factor=None,
                stepbytes=1 << 20, comments=["a note"])
     lines = nccl_output([(["table note"], rows)], c, 16, h).splitlines()
@@ -78,7 +78,7 @@ def test_preamble_start_and_conclusion_lines():
 
 def test_json_mirrors_the_table():
     c = build_cluster("hgx-h100")
-    rows = run_perf(Simulation(c, "steps"), ["all_reduce"], [1 << 10, 1 << 20], algorithms=["ring"])
+    rows = run_perf(Session(c, detail="steps"), ["all_reduce"], [1 << 10, 1 << 20], algorithms=["ring"])
     doc = json.loads(json.dumps(nccl_json([([], rows)], c, 8, Header("all_reduce_perf", gpus=8, minbytes=1 << 10,
                                                                        maxbytes=1 << 20, factor=1024.0))))
     assert doc["config"]["nGpus"] == 8 and doc["config"]["stepFactor"] == 1024 and len(doc["devices"]) == 8

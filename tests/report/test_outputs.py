@@ -2,7 +2,7 @@
 import json
 import math
 
-from simcomm.report import report_blocks, result_json, write_outputs
+from simcomm.report import result_json, write_outputs
 from simcomm.report.json_out import dumps, plain
 from simcomm.scenario import load_text
 from simcomm.workloads import run_scenario
@@ -37,9 +37,3 @@ def test_json_is_plain_and_deterministic():
     two = dumps(result_json(run_scenario(load_text(TEXT, "t.yaml"))))
     assert one == two and "wall" not in one
 
-
-def test_report_blocks_cover_every_table():
-    blocks = report_blocks(run_scenario(load_text(TEXT, "t.yaml")))
-    tables = [b for b in blocks if not isinstance(b, str)]
-    assert len(tables) == 4 and tables[0][1][7] == "busbw (GB/s)"
-    assert blocks[0].startswith("scenario t: perf on hgx-h100 (8 ranks")

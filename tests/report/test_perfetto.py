@@ -2,28 +2,36 @@
 import json
 import re
 
-from simcomm.engine import Activity, Simulation
+from simcomm.engine import Activity
 from simcomm.hardware import build_cluster
-from simcomm.report.perfetto import _lanes, chrome_trace, kernel_name, nesting_errors, parse_label
+from simcomm.session import Session
+from simcomm.report.perfetto import _lanes, chrome_trace, collective_info, kernel_name, nesting_errors
 from simcomm.workloads.perf import run_perf
 
 
 def perf_trace(kind="all_reduce", sizes=(1 << 10, 1 << 24), algorithms=("ring",)):
     c = build_cluster("hgx-h100")
-    sim = Simulation(c, "flows")
+    sim = Session(c, detail="flows")
     run_perf(sim, [kind], list(sizes), algorithms=list(algorithms))
-    return chrome_trace(sim.recorder.activities(), c, title="t"), c
+    return chrome_trace(sim.sim.recorder.activities(), c, title="t"), c
+
+
+def info(kind, algorithm, protocol, dtype=None, op=None, **extra):
+    tags = {"collective": kind, "algorithm": algorithm, "protocol": protocol, **extra}
+    if dtype:
+        tags.update(dtype=dtype, op=op)
+    return collective_info(tags)
 
 
 def test_kernel_names_follow_nccl():
-    assert kernel_name(parse_label("all_reduce:ring:LL:float32:sum")) == "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
-    assert kernel_name(parse_label("reduce_scatter:ring:Simple:bfloat16:avg")) == \
+    assert kernel_name(info("all_reduce", "ring", "LL", "float32", "sum")) == "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    assert kernel_name(info("reduce_scatter", "ring", "Simple", "bfloat16", "avg")) == \
         "ncclDevKernel_ReduceScatter_PreMulSum_bf16_RING_Simple"
-    assert kernel_name(parse_label("all_gather:ring:LL128:float16:sum")) == "ncclDevKernel_AllGather_RING_LL128"
-    assert kernel_name(parse_label("all_to_all:direct:Simple")) == "ncclDevKernel_SendRecv"
-    assert kernel_name(parse_label("all_reduce:tree:LL")) == "ncclDevKernel_AllReduce_TREE_LL"
-    assert parse_label("dp0 all_reduce:ring:LL:int32:max")["group"] == "dp0"
-    assert parse_label("send 0->1") is None
+    assert kernel_name(info("all_gather", "ring", "LL128", "float16", "sum")) == "ncclDevKernel_AllGather_RING_LL128"
+    assert kernel_name(info("all_to_all", "direct", "Simple")) == "ncclDevKernel_SendRecv"
+    assert kernel_name(info("all_reduce", "tree", "LL")) == "ncclDevKernel_AllReduce_TREE_LL"
+    assert info("all_reduce", "ring", "LL", "int32", "max", group="dp0")["group"] == "dp0"
+    assert collective_info({"phase": "forward"}) is None
 
 
 def test_trace_is_valid_and_nests():
@@ -92,9 +100,9 @@ def test_trace_is_deterministic():
 
 def test_cpu_processes_get_gloo_names():
     c = build_cluster("cpu-host")
-    sim = Simulation(c, "flows")
+    sim = Session(c, detail="flows")
     run_perf(sim, ["all_reduce"], [1 << 16])
-    trace = chrome_trace(sim.recorder.activities(), c)
+    trace = chrome_trace(sim.sim.recorder.activities(), c)
     ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
     assert len(ops) == 4 and {e["name"] for e in ops} == {"gloo:all_reduce"} and nesting_errors(trace) == []
     assert not any(e["name"].startswith("nccl") for e in trace["traceEvents"])

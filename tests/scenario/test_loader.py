@@ -102,10 +102,11 @@ def test_unknown_workload_kind_and_missing_kind():
     assert e.path == "workload" and "missing required key 'kind'" in str(e)
 
 
-def test_schedule_is_not_yet():
+def test_unknown_kind_lists_the_registered_kinds():
+    from simcomm.workloads import WORKLOADS
     e = error(BASE.replace("kind: perf", "kind: schedule\n  tensor_model_parallel_size: 2").replace(
         "  sizes: {begin: 1KiB, end: 1MiB}\n", ""))
-    assert e.path == "workload" and "not supported yet" in str(e)
+    assert e.path == "workload.kind" and all(kind in str(e) for kind in WORKLOADS)
 
 
 def test_bad_yaml_empty_and_not_a_mapping():

@@ -3,8 +3,8 @@ import pytest
 
 from simcomm.algorithms import ALGORITHMS
 from simcomm.collective import sizes_between
-from simcomm.engine import Simulation
 from simcomm.hardware import build_cluster
+from simcomm.session import Session
 from simcomm.workloads.perf import expand_algorithms, run_perf
 
 FACTOR = {"all_reduce": 2 * 7 / 8, "all_gather": 7 / 8, "reduce_scatter": 7 / 8, "all_to_all": 7 / 8,
@@ -13,7 +13,7 @@ FACTOR = {"all_reduce": 2 * 7 / 8, "all_gather": 7 / 8, "reduce_scatter": 7 / 8,
 
 @pytest.fixture(scope="module")
 def rows():
-    sim = Simulation(build_cluster("hgx-h100"), "steps")
+    sim = Session(build_cluster("hgx-h100"), detail="steps")
     return run_perf(sim, list(FACTOR), [8, 1 << 12, 1 << 22, 1 << 28], dtype="float32")
 
 
@@ -43,7 +43,7 @@ def test_large_all_reduce_is_near_the_nvlink_rate(rows):
 
 
 def test_forced_algorithm_and_protocol():
-    sim = Simulation(build_cluster("hgx-h100"), "steps")
+    sim = Session(build_cluster("hgx-h100"), detail="steps")
     rows = run_perf(sim, ["all_reduce"], [1 << 20], algorithms=["ring"], protocol="LL128")
     assert rows[0].algorithm == "ring" and rows[0].protocol == "LL128" and rows[0].requested == "ring"
 
@@ -59,7 +59,7 @@ def test_expand_algorithms():
 
 def test_all_skips_what_cannot_run_here():
     notes = []
-    sim = Simulation(build_cluster("pcie-4gpu"), "steps")
+    sim = Session(build_cluster("pcie-4gpu"), detail="steps")
     rows = run_perf(sim, ["all_reduce"], [1 << 20], algorithms=["all"], notes=notes)
     assert "nvls" not in {r.algorithm for r in rows} and len(rows) >= 1
     if "nvls" in ALGORITHMS["all_reduce"]:

@@ -2,7 +2,8 @@
 chooses among them, and the executor that runs a plan on the engine."""
 from .base import Algorithm
 from .catalog import ALGORITHMS, algorithm, algorithms_for
-from .plan import KINDS, Buffers, Collective, Placement, Step, step
+from ..vocab import KINDS
+from .plan import Buffers, Collective, Placement, Step, step
 from .protocols import PROTOCOLS, Protocol
 from .reduce_ops import ReduceOp, make_premul_sum
 from .run import run_collective

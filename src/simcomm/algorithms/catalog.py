@@ -9,7 +9,7 @@ from .direct import BINOMIAL, DIRECT, DISSEMINATION
 from .doubling import HALVING_DOUBLING, RECURSIVE_DOUBLING
 from .hierarchical import HIERARCHICAL
 from .nvls import NVLS
-from .plan import KINDS
+from ..vocab import KINDS
 from .ring import RING
 from .tree import TREE
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import NO_TAGS
 from ..engine.resources import reduction_bytes
 from .plan import Buffers, Collective, Plan
 from .protocols import Protocol
 
 
-def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol, label: str):
-    """A simpy process body: run `plan` for `coll` on `sim`; returns the finish time."""
+def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol, label: str, tags=NO_TAGS):
+    """A simpy process body: run `plan` for `coll` on `sim`; returns the finish time. The collective is recorded
+    on each of its ranks with `tags`; its flows carry them too."""
     cluster = sim.cluster
     ranks = coll.ranks
     rpn = cluster.ranks_per_node
@@ -42,7 +44,7 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
             _, g_src, g_dst, extra = seen[key]
             tr = sim.network.transfer(g_src, g_dst, st.nbytes, label=f"{label} {st.label}".strip(),
                                       extra_latency=extra, wire_factor=proto.wire_factor, routes=st.routes,
-                                      weight=st.weight, with_latency=False)
+                                      weight=st.weight, with_latency=False, tags=tags)
             yield tr.done
             cost = tr.finish - t0 + sim.network.latency_of(tr)
             ready = _chain(ready, st, cost, t0, flat_index)
@@ -56,7 +58,7 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
             if not len(uniq):  # nothing to reduce (empty chunks)
                 continue
             # Fused kernels reduce while receiving; otherwise the reduction follows the data's arrival.
-            ends = sim.memory.use(ranks[uniq], per_rank, t0, label=f"{label} reduce")
+            ends = sim.memory.use(ranks[uniq], per_rank, t0, label=f"{label} reduce", tags=tags)
             if fused and len(st.src) and ends.max() <= floor:
                 pass  # the reduction finished before any data it feeds could move on
             elif fused and st.chains is not None and len(st.src):
@@ -75,7 +77,7 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
     end = max(float(ready.max()), sim.now)
     if end > sim.now:
         yield sim.at(end)
-    sim.recorder.spans("collective", ranks, start, sim.now, coll.nbytes, label)
+    sim.recorder.spans("collective", ranks, start, sim.now, coll.nbytes, label, tags)
     return sim.now
 
 

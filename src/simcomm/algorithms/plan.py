@@ -10,10 +10,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..vocab import PER_RANK_SHARD
 from .reduce_ops import ReduceOp, combine
-
-KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter", "all_to_all",
-         "barrier", "sendrecv")
 
 
 @dataclass
@@ -106,7 +104,7 @@ class Collective:
     @property
     def nbytes(self) -> int:
         """nccl-tests' S: the size that algbw divides (count*typesize, times n for gather-like collectives)."""
-        if self.kind in ("all_gather", "reduce_scatter", "gather", "scatter", "all_to_all"):
+        if self.kind in PER_RANK_SHARD:
             if self.splits is not None:
                 return int(self.splits.sum(axis=1).max()) * self.itemsize
             return self.count * self.n * self.itemsize

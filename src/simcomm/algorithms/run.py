@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import AlgorithmError
+from ..vocab import REDUCING
 from . import gloo
 from .catalog import ALGORITHMS
 from .executor import execute
 from .plan import Buffers, Collective
 from .protocols import protocol as make_protocol
 from .reduce_ops import check_op, finish, prepare
-from .tuner import REDUCING, Choice, choose
+from .tuner import Choice, choose
 
 
 def _gloo_plan(coll: Collective, default):
@@ -22,8 +23,11 @@ def _gloo_plan(coll: Collective, default):
 
 
 def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = None, algorithm: str | None = None,
-                   protocol: str | None = None, numerics: str = "nccl", label: str | None = None):
+                   protocol: str | None = None, numerics: str = "nccl", label: str | None = None, tags=None):
     """Start `coll` on `sim` now; returns (simpy process, buffers, Choice).
+
+    The collective is recorded with structured tags: what it is (collective, algorithm, protocol, dtype, op) and
+    whatever the caller adds in `tags` (group, stage, microbatch, ...).
 
     rows: the group's data (one row per group rank, layout per collective, see Collective) or None for
     size-only. numerics: "nccl" (each algorithm's natural order, float AVG pre-multiplied) or "gloo" (gloo's
@@ -47,10 +51,12 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
         buf.rows[...] = prepare(coll.op, buf.rows, coll.n, premul)
     proto = make_protocol(choice.protocol, alg.family, cluster.device.kind)
     op = {"PRODUCT": "prod"}.get(coll.op.name, coll.op.name.lower())
-    name = label or f"{coll.kind}:{choice.algorithm}:{proto.name}:{coll.dtype.name}:{op}"
+    name = label or f"{coll.kind} {choice.algorithm}/{proto.name}"
+    tags = {"collective": coll.kind, "dtype": coll.dtype.name, "op": op, **(tags or {}),
+            "algorithm": choice.algorithm, "protocol": choice.protocol}
 
     def body():
-        end = yield from execute(sim, coll, plan, buf, proto, name)
+        end = yield from execute(sim, coll, plan, buf, proto, name, tags)
         if buf.live and reducing:
             buf.rows = finish(coll.op, buf.rows, coll.n, premul)
         return end

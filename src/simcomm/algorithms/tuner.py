@@ -16,14 +16,13 @@ import math
 from dataclasses import dataclass
 
 from ..errors import AlgorithmError
+from ..vocab import REDUCING
 from .base import Algorithm
 from .catalog import ALGORITHMS, algorithm
 from .cost import CostModel
 from .plan import Collective
 from .protocols import PROTOCOLS
 from .protocols import protocol as make_protocol
-
-REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
 
 @dataclass(frozen=True)

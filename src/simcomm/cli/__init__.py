@@ -6,7 +6,6 @@ scenario. User errors print one message to stderr, never a traceback; with --jso
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import sys
@@ -62,9 +61,9 @@ def cmd_run(args) -> int:
 
 
 def _run_one(args, path: str, out: str | None, docs: list) -> int:
-    from ..report import PLOT_FILES, dumps, render, report_blocks, result_json, write_outputs
+    from ..report import PLOT_FILES, dumps, render, result_json, write_outputs
     from ..scenario import load_scenario
-    from ..workloads import run_scenario
+    from ..workloads import plots_for, report_blocks, run_scenario
     loaded = load_scenario(path)
     o = loaded.scenario.outputs
     json_file = o.json or ("result.json" if args.save_json else None)
@@ -78,7 +77,8 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
             result = run_scenario(loaded, detail=args.detail, progress=progress)
     else:
         result = run_scenario(loaded, detail=args.detail)
-    written = write_outputs(result, out or o.dir or f"simcomm-out/{loaded.name}", json_file, trace_file, plots)
+    written = write_outputs(result, out or o.dir or f"simcomm-out/{loaded.name}", json_file, trace_file,
+                            plots_for(result, plots))
     if args.json:
         doc = result_json(result, written)
         if len(args.scenarios) == 1:
@@ -237,11 +237,6 @@ def cmd_presets(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    if importlib.util.find_spec("simcomm.bench") is None:
-        if any(a in ("-h", "--help") for a in args.rest):
-            _print("usage: simcomm bench [...]\n\nMeasure the simulator's own speed (simcomm.bench).")
-            return EXIT_OK
-        raise SimcommError("simcomm bench is not available in this build (simcomm/bench.py is missing)")
     from .. import bench
     try:
         return int(bench.main(list(args.rest)) or 0)

@@ -129,7 +129,7 @@ def _int(value, flag: str, low: int = 1, high: int | None = None) -> int:
 
 
 def _pick(flag, value, choices, aliases, what) -> str:
-    from ..workloads.names import choice
+    from ..vocab import choice
     try:
         return choice(value, choices, aliases, what)
     except ValueError as exc:
@@ -137,13 +137,13 @@ def _pick(flag, value, choices, aliases, what) -> str:
 
 
 def _collective(name: str) -> str:
-    from ..workloads.names import COLL_ALIASES, COLLECTIVES
+    from ..vocab import COLL_ALIASES, COLLECTIVES
     return _pick("collective", os.path.basename(name).removesuffix("_perf"), COLLECTIVES, COLL_ALIASES,
                  "a collective")
 
 
 def _dtypes(value: str) -> list[str]:
-    from ..workloads.names import DTYPE_ALIASES, DTYPES
+    from ..vocab import DTYPE_ALIASES, DTYPES
     if value.strip().lower() == "all":
         return list(ALL_TYPES)
     aliases = {**DTYPE_ALIASES, "f8e4m3": "fp8_e4m3", "f8e5m2": "fp8_e5m2", "bf16": "bfloat16"}
@@ -151,7 +151,7 @@ def _dtypes(value: str) -> list[str]:
 
 
 def _ops(value: str, kind: str) -> list[str]:
-    from ..workloads.names import OP_ALIASES, OPS
+    from ..vocab import OP_ALIASES, OPS
     if value.strip().lower() == "all":
         return list(ALL_OPS) if kind in REDUCING else ["sum"]
     return [_pick("-o", value, OPS, OP_ALIASES, "a reduce op")]
@@ -286,8 +286,8 @@ def _sizes(args) -> tuple[list[int], int, int, float | None, int]:
 
 # ---- running -----------------------------------------------------------------------------------------------------
 def cmd_perf(args) -> int:
-    from ..engine import Simulation
     from ..report.nccl_tests import Header, nccl_json, nccl_output, tuner_summary
+    from ..session import Session
     from ..workloads.perf import expand_algorithms, run_perf
     launch = args.launch or from_environment()
     env = {**{k: v for k, v in os.environ.items() if k.startswith("NCCL_")}, **(launch.env if launch else {})}
@@ -329,8 +329,7 @@ def cmd_perf(args) -> int:
             for dtype in dtypes:
                 for op in ops:
                     for root in roots:
-                        sim = Simulation(cluster, "steps")
-                        rows += run_perf(sim, [kind], sizes, ranks=n, dtype=dtype, op=op, root=root,
+                        rows += run_perf(Session(cluster, detail="steps"), [kind], sizes, ranks=n, dtype=dtype, op=op, root=root,
                                          algorithms=[one or "auto"], protocol=proto, progress=tick)
             all_rows += rows
             comments = [f"{kind} on {cluster.name}: algorithm {one or 'auto (the tuner)'}, protocol "

@@ -23,6 +23,5 @@ def sleep(seconds: float) -> None:
 def compute(flops: float = 0.0, seconds: float = 0.0, label: str = "compute") -> None:
     """Occupy this rank's device with work: `flops` at the device's rate, plus `seconds` of fixed time."""
     rt, me = current()
-    sim = rt.sim
-    end = sim.compute.use([me], flops + seconds * sim.compute.rate, sim.now, label)[0]
-    rt.wait(me, sim.at(end), f"{label}({flops:g} flop)")
+    done = rt.services["session"].compute([me], flops, seconds, label=label)
+    rt.wait(me, done, f"{label}({flops:g} flop)")

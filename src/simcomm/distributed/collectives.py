@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 
-from ..algorithms import Collective, ReduceOp, run_collective
+from ..algorithms import ReduceOp
 from ..algorithms.reduce_ops import as_reduce_op
 from ..errors import DistError
 from .api import resolve_group, resolve_peer
@@ -37,30 +37,22 @@ def _start(kind: str, group, signature: dict, payload, runner, async_op: bool, w
     return None
 
 
-def _config(kind: str) -> dict:
-    rt, _ = current()
-    cfg = rt.services["config"]
-    algo = cfg.get("algorithm")
-    if isinstance(algo, dict):
-        algo = algo.get(kind)
-    return {"algorithm": algo, "protocol": cfg.get("protocol"), "numerics": cfg.get("numerics", "nccl")}
-
-
 def _launch(kind: str, group, count: int, dtype, rows, finish, op=ReduceOp.SUM, root: int = 0, splits=None,
             variant: str = ""):
-    """A runner body: run the group-level collective, then `finish(rows)` writes results back; fires done."""
+    """A runner body: run the group-level collective on the session, then `finish(rows)` writes results back;
+    fires done."""
     rt, _ = current()
-    sim = rt.sim
-    coll = Collective(kind, np.asarray(group.ranks), count, dtype, op, root, splits, variant)
+    session = rt.services["session"]
 
     def start(done):
-        proc, buf, _choice = run_collective(sim, coll, rows, **_config(kind))
+        ran = session.collective(kind, group.ranks, count=count, data=rows, dtype=np.dtype(dtype), op=op, root=root,
+                                 splits=splits, variant=variant, tags={"group": group.name})
 
         def complete(_e):
-            if buf.live:
-                finish(buf.rows)
+            if ran.buffers.live:
+                finish(ran.buffers.rows)
             done.succeed()
-        proc.callbacks.append(complete)
+        ran.callbacks.append(complete)
     return start
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import DistError
 from . import collectives as c
-from .api import get_rank, get_world_size, resolve_group, resolve_peer
+from .api import get_world_size, resolve_group, resolve_peer
 from .runtime import current
 
 
@@ -121,4 +121,4 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
     scatter_object_output_list[0] = _decode(out, int(size[0]))
 
 
-__all__ = ["all_gather_object", "broadcast_object_list", "gather_object", "get_rank"]
+__all__ = ["all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list"]

@@ -29,8 +29,9 @@ class _Post:
 class P2PMatcher:
     """Posted sends and recvs of one run, matched in posting order."""
 
-    def __init__(self, sim, fail):
-        self.sim = sim
+    def __init__(self, session, fail):
+        self.session = session
+        self.sim = session.sim
         self.fail = fail  # aborts the run with an error
         self._sends: dict[tuple[int, int, int], deque[_Post]] = {}
         self._recvs: dict[tuple[int, int, int], deque[_Post]] = {}
@@ -77,7 +78,8 @@ class P2PMatcher:
                 f"but rank {dst} receives into {describe(recv.tensor)}"))
         data = as_array(send.tensor)
         snapshot = None if data is None else np.array(data, copy=True)
-        transfer = self.sim.network.transfer(src, dst, nbytes_of(send.tensor), label=f"send {src}->{dst}")
+        sent = self.session.send(src, dst, nbytes_of(send.tensor), label=f"send {src}->{dst}",
+                                 tags={"tag": send.tag} if send.tag else None)
         self.sim.recorder.op(dst, "recv_posted", recv.posted, recv.posted, 0, f"recv from {src}", src)
 
         def deliver(_event):
@@ -87,4 +89,4 @@ class P2PMatcher:
             send.event.succeed(src)
             recv.event.succeed(src)
 
-        transfer.done.callbacks.append(deliver)
+        sent.callbacks.append(deliver)

@@ -9,6 +9,7 @@ from .p2p import P2PMatcher
 from .rendezvous import CollectiveRendezvous
 from .runtime import RankRuntime
 from ..engine import Activity, Simulation
+from ..session import Session
 from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
 
@@ -59,13 +60,14 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     n = nprocs if nprocs is not None else c.num_ranks
     if not 1 <= n <= c.num_ranks:
         raise SimcommError(f"nprocs={n} does not fit {c.name}, which has {c.num_ranks} ranks")
-    sim = Simulation(c, detail)
+    session = Session(c, detail=detail, algorithm=algorithm, protocol=protocol,
+                      numerics=numerics or ("gloo" if c.device.kind == "cpu" else "nccl"))
+    sim = session.sim
     rt = RankRuntime(sim, n)
+    rt.services["session"] = session
     rt.services["groups"] = GroupRegistry(n)
-    rt.services["p2p"] = P2PMatcher(sim, rt.fail)
+    rt.services["p2p"] = P2PMatcher(session, rt.fail)
     rt.services["collectives"] = CollectiveRendezvous(rt)
-    rt.services["config"] = {"algorithm": algorithm, "protocol": protocol,
-                             "numerics": numerics or ("gloo" if c.device.kind == "cpu" else "nccl")}
     results = rt.run(fn, args)
     finish = [rt.finished.get(r, sim.now) for r in range(n)]
     return SpawnResult(results, sim.now, finish, sim)

@@ -7,11 +7,13 @@ then arrives after the route's latency, so an uncontended flow takes exactly lat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 import simpy
 
 from .maxmin import max_min_rates_csr
+from .trace import NO_TAGS
 
 
 @dataclass(eq=False)
@@ -32,6 +34,52 @@ class Transfer:
     _last_arrival: float = 0.0
     weight: np.ndarray = None  # identical flows each entry stands for
     with_latency: bool = True
+    tags: Mapping = field(default_factory=lambda: NO_TAGS)
+
+
+@dataclass(eq=False)
+class _Trajectory:
+    """How a batch alone on the network progressed: when each flow sent its last byte (offsets from the start),
+    and the rates of every flow in each segment between re-solves."""
+
+    offsets: np.ndarray
+    seg_starts: np.ndarray
+    seg_rates: np.ndarray  # (segments, flows)
+
+
+@dataclass(eq=False)
+class _Learning:
+    """A batch running alone whose trajectory is being recorded, to be replayed next time."""
+
+    transfer: Transfer
+    key: bytes
+    start: float
+    seg_starts: list
+    seg_rates: list
+    bw_done: np.ndarray
+
+
+@dataclass(eq=False)
+class _Replay:
+    """A batch alone on the network, replaying a recorded trajectory instead of being solved."""
+
+    transfer: Transfer
+    start: float
+    trajectory: _Trajectory
+    wire: np.ndarray
+
+
+@dataclass(eq=False)
+class _Memo:
+    """The last transfer's flow arrays by identity, with their routes: plans repeat a step's arrays."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    weight: object
+    routes: object
+    pattern: bytes
+    route: np.ndarray
+    w: np.ndarray
 
 
 class FlowNetwork:
@@ -57,17 +105,17 @@ class FlowNetwork:
         self._generation = 0
         self._resolve_pending = False
         self._routes_cache: dict[bytes, np.ndarray] = {}
-        self._memo = None
+        self._memo: _Memo | None = None
         self._rates_cache: dict[tuple, np.ndarray] = {}
         # Closed form for a batch alone on the network: its rate trajectory is replayed from a cache.
-        self._solo_cache: dict[bytes, tuple] = {}
-        self._solo = None  # (transfer, start, offsets, seg_starts, seg_rates, wire) while replaying
-        self._recording = None  # (transfer, key, start, seg_starts, seg_rates, bw_done, wire) while learning
+        self._solo_cache: dict[bytes, _Trajectory] = {}
+        self._solo: _Replay | None = None
+        self._recording: _Learning | None = None
         self.stats = {"transfers": 0, "flows": 0, "solves": 0, "solve_cache_hits": 0, "closed_form": 0}
 
     # ---- public ------------------------------------------------------------------------------------------
     def transfer(self, src, dst, nbytes, label: str = "", extra_latency=0.0, wire_factor: float = 1.0,
-                 routes=None, weight=None, with_latency: bool = True) -> Transfer:
+                 routes=None, weight=None, with_latency: bool = True, tags: Mapping = NO_TAGS) -> Transfer:
         """Start flows src[i] -> dst[i] of nbytes[i] bytes now.
 
         `extra_latency` (scalar or per flow) is added to each flow's arrival (a protocol's software overhead);
@@ -83,8 +131,9 @@ class FlowNetwork:
         payload = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else \
             np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
         memo = self._memo
-        if memo is not None and memo[0] is src and memo[1] is dst and memo[2] is weight and memo[3] is routes:
-            pattern, route, w = memo[4], memo[5], memo[6]  # a plan repeating its step: skip re-keying
+        if memo is not None and memo.src is src and memo.dst is dst and memo.weight is weight and \
+                memo.routes is routes:
+            pattern, route, w = memo.pattern, memo.route, memo.w  # a plan repeating its step: skip re-keying
         else:
             w = np.ones(len(src)) if weight is None else \
                 np.broadcast_to(np.asarray(weight, dtype=float), src.shape).copy()
@@ -99,10 +148,10 @@ class FlowNetwork:
                     if len(self._routes_cache) > 4096:
                         self._routes_cache.clear()
                     self._routes_cache[pattern] = route
-            self._memo = (src, dst, weight, routes, pattern, route, w)
+            self._memo = _Memo(src, dst, weight, routes, pattern, route, w)
         extra = np.broadcast_to(np.asarray(extra_latency, dtype=np.float64), src.shape)
         t = Transfer(src, dst, payload, route, self.env.now, self.env.event(), label, extra,
-                     np.full(len(src), np.nan), pattern, len(src), self.env.now, w, with_latency)
+                     np.full(len(src), np.nan), pattern, len(src), self.env.now, w, with_latency, tags)
         self.stats["transfers"] += 1
         self.stats["flows"] += int(w.sum())
         if len(src) == 0:
@@ -123,7 +172,7 @@ class FlowNetwork:
         self._next_bid += 1
         self._batches[bid] = t
         if solo_key is not None:
-            self._recording = (t, solo_key, self.env.now, [], [], np.full(len(src), np.nan), wire)
+            self._recording = _Learning(t, solo_key, self.env.now, [], [], np.full(len(src), np.nan))
         new = (route, wire, np.zeros(len(src)), extra, w, np.full(len(src), bid),
                np.arange(len(src)))
         names = ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index")
@@ -195,26 +244,25 @@ class FlowNetwork:
         rec = self._recording
         if rec is None:
             return
-        t, _, start, seg_starts, seg_rates, _, _ = rec
-        full = np.zeros(len(t.src))
+        full = np.zeros(len(rec.transfer.src))
         full[self._index] = self._rate
-        seg_starts.append(self.env.now - start)
-        seg_rates.append(full)
+        rec.seg_starts.append(self.env.now - rec.start)
+        rec.seg_rates.append(full)
 
     def _replay(self, t: Transfer, key: bytes, wire: np.ndarray) -> None:
-        offsets, seg_starts, seg_rates = self._solo_cache[key]
+        trajectory = self._solo_cache[key]
         self.stats["closed_form"] += 1
         self._generation += 1
-        self._solo = (t, self.env.now, offsets, seg_starts, seg_rates, wire)
-        ev = self.env.timeout(float(offsets.max()), value=self._generation)
+        self._solo = _Replay(t, self.env.now, trajectory, wire)
+        ev = self.env.timeout(float(trajectory.offsets.max()), value=self._generation)
         ev.callbacks.append(self._on_solo_done)
 
     def _on_solo_done(self, event) -> None:
         if event.value != self._generation or self._solo is None:
             return
-        t, start, offsets, _, _, _ = self._solo
-        self._solo = None
-        self._complete_solo(t, start + offsets, np.ones(len(offsets), dtype=bool))
+        solo, self._solo = self._solo, None
+        offsets = solo.trajectory.offsets
+        self._complete_solo(solo.transfer, solo.start + offsets, np.ones(len(offsets), dtype=bool))
 
     def _complete_solo(self, t: Transfer, bw_done: np.ndarray, which: np.ndarray) -> None:
         """Mark flows `which` of a replayed batch as having sent their last byte at bw_done."""
@@ -232,8 +280,9 @@ class FlowNetwork:
         """Turn a replayed batch back into live flows (something else is about to share the network)."""
         if self._solo is None:
             return
-        t, start, offsets, seg_starts, seg_rates, wire = self._solo
-        self._solo = None
+        solo, self._solo = self._solo, None
+        t, start, wire = solo.transfer, solo.start, solo.wire
+        offsets, seg_starts, seg_rates = solo.trajectory.offsets, solo.trajectory.seg_starts, solo.trajectory.seg_rates
         self._generation += 1
         elapsed = self.env.now - start
         done = offsets <= elapsed * (1 + 1e-12)
@@ -291,7 +340,7 @@ class FlowNetwork:
             return
         rec = self._recording
         if rec is not None:
-            rec[5][index] = self.env.now - rec[2]
+            rec.bw_done[index] = self.env.now - rec.start
         single = bid[0] == bid[-1]
         for b in ([int(bid[0])] if single else np.unique(bid).tolist()):
             t = self._batches[b]
@@ -306,17 +355,16 @@ class FlowNetwork:
             t._pending -= len(index) if single else int(sel.sum())
             if t._pending == 0:
                 del self._batches[b]
-                if rec is not None and rec[0] is t:
+                if rec is not None and rec.transfer is t:
                     self._learn(rec)
                 self._deliver(t)
 
-    def _learn(self, rec) -> None:
+    def _learn(self, rec: _Learning) -> None:
         """A batch ran alone from start to end: keep its trajectory to replay it next time."""
-        _, key, _, seg_starts, seg_rates, bw_done, _ = rec
         self._recording = None
         if len(self._solo_cache) > 1024:
             self._solo_cache.clear()
-        self._solo_cache[key] = (bw_done, np.asarray(seg_starts), np.vstack(seg_rates))
+        self._solo_cache[rec.key] = _Trajectory(rec.bw_done, np.asarray(rec.seg_starts), np.vstack(rec.seg_rates))
 
     def _deliver(self, b: Transfer) -> None:
         if self.recorder is not None:

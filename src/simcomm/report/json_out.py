@@ -34,7 +34,7 @@ def result_json(result, outputs: dict | None = None) -> dict:
     return plain({"simcomm": __version__, "scenario": result.name, "workload": result.kind,
                   "cluster": result.cluster.describe(), "units": UNITS, "elapsed": result.elapsed,
                   "rows": result.row_dicts(), "stats": sim.stats() if sim is not None else {},
-                  "notes": list(result.notes), "outputs": outputs or {}})
+                  "notes": list(result.notes), **getattr(result, "details", {}), "outputs": outputs or {}})
 
 
 def dumps(obj) -> str:

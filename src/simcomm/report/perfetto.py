@@ -8,6 +8,7 @@ Times are whole nanoseconds (ts in us, as the format says).
 """
 from __future__ import annotations
 
+from ..vocab import DTYPES
 from .links import link_usage
 
 LINKS_PID = 1_000_000
@@ -16,26 +17,18 @@ _KERNEL = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter
 _TORCH_NAME = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter",
                "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "all_to_all", "sendrecv": "sendrecv",
                "gather": "gather", "scatter": "scatter", "barrier": "barrier"}
-_DT = {"float32": ("f32", "Float", 4), "float16": ("f16", "Half", 2), "bfloat16": ("bf16", "BFloat16", 2),
-       "float64": ("f64", "Double", 8), "int8": ("i8", "Char", 1), "uint8": ("u8", "Byte", 1),
-       "int32": ("i32", "Int", 4), "uint32": ("u32", "UInt32", 4), "int64": ("i64", "Long", 8),
-       "uint64": ("u64", "UInt64", 8), "fp8_e4m3": ("f8e4m3", "Float8_e4m3fn", 1),
-       "fp8_e5m2": ("f8e5m2", "Float8_e5m2", 1)}
 _OP = {"sum": "Sum", "prod": "Prod", "min": "Min", "max": "Max"}
 _TRACKS = {"collective": "NCCL kernels", "send": "sends", "recv": "recvs", "hbm": "HBM", "compute": "compute"}
 _CAT = {"collective": "kernel", "send": "transfer", "recv": "transfer", "hbm": "memory", "compute": "compute"}
 
 
-def parse_label(label: str) -> dict | None:
-    """'[group ]kind:algorithm:protocol[:dtype:op]' -> its parts; None for other labels."""
-    group, _, rest = label.rpartition(" ")
-    parts = rest.split(":")
-    if len(parts) not in (3, 5) or parts[0] not in _TORCH_NAME:
+def collective_info(tags) -> dict | None:
+    """What a collective record's tags say about it (kind, algorithm, protocol, dtype, op, group); None for other
+    records."""
+    if tags.get("collective") not in _TORCH_NAME or "algorithm" not in tags:
         return None
-    info = {"group": group, "kind": parts[0], "algorithm": parts[1], "protocol": parts[2]}
-    if len(parts) == 5:
-        info.update(dtype=parts[3], op=parts[4])
-    return info
+    return {"group": tags.get("group", ""), "kind": tags["collective"], "algorithm": tags["algorithm"],
+            "protocol": tags["protocol"], "dtype": tags.get("dtype"), "op": tags.get("op")}
 
 
 def kernel_name(info: dict) -> str:
@@ -45,10 +38,10 @@ def kernel_name(info: dict) -> str:
         return "ncclDevKernel_SendRecv"
     algo, proto = info["algorithm"].upper(), info["protocol"]
     parts = [_KERNEL[kind]]
-    if kind in ("all_reduce", "reduce_scatter", "reduce", "barrier") and "dtype" in info:
+    if kind in ("all_reduce", "reduce_scatter", "reduce", "barrier") and info.get("dtype"):
         dt = info["dtype"]
         op = _OP.get(info["op"]) or ("PreMulSum" if dt.startswith(("float", "bf", "fp")) else "SumPostDiv")
-        parts += [op, _DT.get(dt, (dt,))[0]]
+        parts += [op, DTYPES[dt].kernel if dt in DTYPES else dt]
     return "_".join(["ncclDevKernel"] + parts + [algo, proto])
 
 
@@ -85,7 +78,7 @@ def _collective_args(a, info: dict, groups: dict) -> dict:
     ranks = groups.get((a.label, a.start, a.end), [a.rank])
     n = len(ranks)
     dt = info.get("dtype")
-    size = _DT[dt][2] if dt in _DT else None
+    size = DTYPES[dt].itemsize if dt in DTYPES else None
     total = int(a.nbytes // size) if size else None
     shard = total // n if total is not None and n else None
     kind = info["kind"]
@@ -95,7 +88,7 @@ def _collective_args(a, info: dict, groups: dict) -> dict:
     elif kind == "reduce_scatter":
         elems_out = shard
     args = {"Collective name": _TORCH_NAME[kind], "In msg nelems": elems_in, "Out msg nelems": elems_out,
-            "Group size": n, "dtype": _DT[dt][1] if dt in _DT else "unknown",
+            "Group size": n, "dtype": DTYPES[dt].torch if dt in DTYPES else "unknown",
             "Process Group Ranks": str(ranks), "algorithm": info["algorithm"], "protocol": info["protocol"],
             "bytes": int(a.nbytes)}
     if info.get("group"):
@@ -123,7 +116,7 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
     for a in acts:
         s, e = _ns(a.start), _ns(a.end)
         if a.kind == "collective":
-            info = parse_label(a.label)
+            info = collective_info(a.tags)
             name = (f"gloo:{info['kind']}" if gloo else kernel_name(info)) if info else a.label
             args = _collective_args(a, info, groups) if info else {"bytes": a.nbytes}
         else:

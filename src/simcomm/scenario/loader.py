@@ -6,7 +6,6 @@ found; nothing a user writes in a scenario file may end in a traceback.
 from __future__ import annotations
 
 import copy
-import importlib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,10 @@ import yaml
 from pydantic import BaseModel, Tag, ValidationError
 
 from ..errors import SimcommError
-from .schema import COLLECTIVES, Scenario, did_you_mean
+from ..vocab import did_you_mean
+from ..workloads import workload
+from ..workloads.checks import check_algorithm
+from .schema import Scenario
 
 MAX_FILE = 1 << 20
 
@@ -306,103 +308,13 @@ def _cluster_key(message: str, given) -> tuple:
     return ("cluster",)
 
 
-def _available(kind: str) -> list[str]:
-    from ..algorithms import ALGORITHMS
-    return sorted(ALGORITHMS.get(kind, {}))
-
-
-def _check_algorithm(name: str, kinds, path, src: Source) -> None:
-    if name in ("auto",):
-        return
-    every = sorted({a for k in COLLECTIVES for a in _available(k)})
-    if name not in every:
-        raise src.error(path, f"expected an algorithm, one of: auto, {', '.join(every)}{did_you_mean(name, every)}, "
-                              f"found {name!r}")
-    missing = [k for k in kinds if name not in _available(k)]
-    if missing:
-        raise src.error(path, f"algorithm {name!r} is not available for {', '.join(missing)} "
-                              f"(available: {'; '.join(f'{k}: ' + ', '.join(_available(k)) for k in missing)})")
-
-
-def _check_runs(name: str, kind: str, ranks, root: int, cluster, path, src: Source) -> None:
-    """Ask the tuner whether a forced algorithm can run this group here (nvls needs NVLink SHARP, ...)."""
-    import numpy as np
-
-    from ..algorithms import choose
-    from ..collective import make_collective
-    if name in ("auto", "all") or name not in _available(kind):
-        return
-    try:
-        choose(cluster, make_collective(kind, np.asarray(ranks), 1 << 20, "float32", "SUM", root), name, None)
-    except (SimcommError, ValueError) as exc:
-        raise src.error(path, f"{name} cannot run {kind} here: {exc}") from None
-
-
-def _check_ranks(n: int, cluster, path, src: Source) -> None:
-    if n > cluster.num_ranks:
-        raise src.error(path, f"expected at most {cluster.num_ranks} ranks ({cluster.name} has "
-                              f"{cluster.num_ranks}), found {n}")
-
-
-def _check_program(spec: str, src: Source) -> None:
-    module, _, func = spec.partition(":")
-    try:
-        mod = importlib.import_module(module)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure to import is the user's to fix
-        raise src.error(("workload", "program"), f"cannot import module {module!r}: {type(exc).__name__}: {exc}") \
-            from None
-    fn = getattr(mod, func, None)
-    if not callable(fn):
-        names = [n for n in dir(mod) if not n.startswith("_")]
-        raise src.error(("workload", "program"), f"module {module!r} has no function {func!r}"
-                                                 f"{did_you_mean(func, names)}")
-
-
 def check(s: Scenario, cluster, src: Source) -> None:
-    """Cross-checks that need the cluster or the algorithm registry."""
-    w = s.workload
-    forced = s.model.algorithm or {}
-    if w.kind == "perf":
-        n = w.ranks or cluster.num_ranks
-        _check_ranks(n, cluster, ("workload", "ranks"), src)
-        if w.root >= n:
-            raise src.error(("workload", "root"), f"expected a root below {n} (the number of ranks), found {w.root}")
-        if w.algorithms and forced:
-            raise src.error(("workload", "algorithms"), "expected either workload.algorithms or model.algorithm, "
-                                                        "found both")
-        for i, name in enumerate(w.algorithms or []):
-            if name != "all" and not any(name in _available(k) for k in w.collectives):
-                _check_algorithm(name, w.collectives, ("workload", "algorithms", i), src)
-            for k in w.collectives:
-                _check_runs(name, k, range(n), w.root, cluster, ("workload", "algorithms", i), src)
-        for k in w.collectives:
-            name = forced.get(k, forced.get("*"))
-            if name:
-                path = ("model", "algorithm") + (() if k not in forced else (k,))
-                _check_algorithm(name, [k], path, src)
-                _check_runs(name, k, range(n), w.root, cluster, path, src)
-    elif w.kind == "program":
-        _check_ranks(w.ranks or cluster.num_ranks, cluster, ("workload", "ranks"), src)
-        _check_program(w.program, src)
-    else:
-        for i, g in enumerate(w.groups):
-            for j, r in enumerate(g.ranks):
-                if r >= cluster.num_ranks:
-                    raise src.error(("workload", "groups", i, "ranks", j), f"expected a rank below "
-                                    f"{cluster.num_ranks} ({cluster.name} has {cluster.num_ranks}), found {r}")
-            if g.root >= len(g.ranks):
-                raise src.error(("workload", "groups", i, "root"), f"expected an index into ranks (below "
-                                                                   f"{len(g.ranks)}), found {g.root}")
-            path = ("workload", "groups", i, "algorithm")
-            name = g.algorithm or forced.get(g.collective, forced.get("*"))
-            if not g.algorithm:
-                path = ("model", "algorithm") + ((g.collective,) if g.collective in forced else ())
-            if name:
-                _check_algorithm(name, [g.collective], path, src)
-                _check_runs(name, g.collective, g.ranks, g.root, cluster, path, src)
-    for key, name in forced.items():  # names must exist even where no collective of that kind runs
+    """Cross-checks that need the cluster: the workload kind's own, then forced algorithm names, which must exist
+    even where no collective of that kind runs."""
+    workload(s.workload.kind).check(s.workload, s, cluster, src.error)
+    for key, name in (s.model.algorithm or {}).items():
         path = ("model", "algorithm") if key == "*" else ("model", "algorithm", key)
-        _check_algorithm(name, [key] if key != "*" else [], path, src)
+        check_algorithm(name, [key] if key != "*" else [], path, src.error)
 
 
 # ---- dotted-path edits (sweeps) --------------------------------------------------------------------------------

@@ -1,0 +1,260 @@
+"""The group-level Session: one simulation, and calls that run collectives, point-to-point transfers, compute and
+memory operations over groups of ranks.
+
+Every call starts its operation (now, or once the events in `after` have fired) and returns an `Op`: a simpy event
+that fires when the operation completes, so a schedule can `yield` it, combine several with `session.all_of`, or
+chain them with `after=`. Every operation is recorded with structured tags (stage, microbatch, layer, phase, axis,
+... whatever the caller passes, plus what the operation was), which reports read directly.
+
+    s = Session("hgx-h100", nodes=2)
+    fwd = s.compute(range(8), seconds=1e-3, tags={"phase": "forward"})
+    ar = s.collective("all_reduce", range(8), "256MiB", after=[fwd], tags={"axis": "dp"})
+    s.run()
+    print(ar.record.time, ar.record.busbw)
+
+Identical uncontended collectives on identical groups reuse the engine's cached rate solves and replays, so a
+schedule that repeats the same TP all-reduce thousands of times pays for one solve.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+import simpy
+
+from .algorithms import Buffers, Collective, ReduceOp, run_collective
+from .algorithms.reduce_ops import as_reduce_op
+from .engine import NO_TAGS, Simulation
+from .errors import SimcommError
+from .hardware import Cluster, build_cluster
+from .units import parse_size
+from .vocab import OP_NAMES, PER_RANK_SHARD, Bandwidth, canonical_kind, numpy_dtype, per_rank_count
+
+
+@dataclass
+class CollectiveRecord(Bandwidth):
+    """What one collective did: nccl-tests' size S and count, the algorithm and protocol that ran, when."""
+
+    collective: str
+    ranks: int  # group size
+    size: int  # nccl-tests' S in bytes
+    count: int  # elements as nccl-tests counts them (the whole buffer for all_reduce, S / typesize otherwise)
+    dtype: str
+    op: str
+    root: int
+    algorithm: str
+    protocol: str
+    predicted: float | None  # seconds, the tuner's model
+    start: float
+    end: float
+    tags: Mapping = field(default_factory=lambda: NO_TAGS, repr=False)
+
+    @property
+    def time(self) -> float:
+        return self.end - self.start
+
+
+class Op(simpy.Event):
+    """A started operation: fires when it completes. `start`/`end` are simulated seconds (None until known);
+    `record` holds a collective's CollectiveRecord; `buffers` a collective's data after it ran."""
+
+    def __init__(self, env, kind: str, ranks: np.ndarray, tags: Mapping):
+        super().__init__(env)
+        self.kind = kind
+        self.ranks = ranks
+        self.tags = tags
+        self.start: float | None = None
+        self.end: float | None = None
+        self.record: CollectiveRecord | None = None
+        self.buffers: Buffers | None = None
+
+    def _finish(self, value=None) -> None:
+        self.end = self.env.now
+        self.succeed(value)
+
+    def __repr__(self) -> str:
+        what = ", ".join(f"{k}={v}" for k, v in self.tags.items())
+        return f"Op({self.kind}{', ' + what if what else ''}, {'done' if self.processed else 'pending'})"
+
+
+def _ranks(ranks) -> np.ndarray:
+    if not isinstance(ranks, np.ndarray) and isinstance(ranks, Iterable):
+        ranks = list(ranks)
+    return np.atleast_1d(np.asarray(ranks, dtype=np.int64))
+
+
+def _check_amount(name: str, value) -> np.ndarray:
+    if isinstance(value, str):
+        value = parse_size(value, name)
+    arr = np.asarray(value, dtype=np.float64)
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        raise SimcommError(f"{name} must be finite and non-negative, got {value!r}")
+    return arr
+
+
+class Session:
+    """A group-level front end over one Simulation of `cluster` (a Cluster, or a preset name with `nodes`).
+
+    algorithm / protocol force NCCL_ALGO / NCCL_PROTO for every collective (algorithm may be a dict per
+    collective kind); numerics is the reduction order with real data, "nccl" (each algorithm's own) or "gloo"
+    (gloo's ring, bitwise); detail is "flows" (record every flow) or "steps".
+    """
+
+    def __init__(self, cluster: Cluster | str = "hgx-h100", *, nodes: int | None = None, detail: str = "steps",
+                 algorithm=None, protocol: str | None = None, numerics: str = "nccl",
+                 simulation: Simulation | None = None):
+        if simulation is None:
+            if not isinstance(cluster, Cluster):
+                cluster = build_cluster(cluster, nodes=nodes or 1)
+            simulation = Simulation(cluster, detail)
+        self.sim = simulation
+        self.algorithm = algorithm
+        self.protocol = protocol
+        self.numerics = numerics
+
+    # ---- the clock ---------------------------------------------------------------------------------------
+    @property
+    def cluster(self) -> Cluster:
+        return self.sim.cluster
+
+    @property
+    def env(self) -> simpy.Environment:
+        return self.sim.env
+
+    @property
+    def now(self) -> float:
+        return self.sim.now
+
+    def process(self, generator) -> simpy.Process:
+        """Run a schedule written as a generator that yields events (Ops among them)."""
+        return self.env.process(generator)
+
+    def all_of(self, events) -> simpy.Event:
+        return self.env.all_of(list(events))
+
+    def timeout(self, delay: float) -> simpy.Event:
+        return self.env.timeout(float(_check_amount("delay", delay)))
+
+    def run(self, until=None) -> float:
+        """Advance the simulation until `until` (an event or a time) or until nothing is left; returns now."""
+        self.env.run(until)
+        return self.now
+
+    def stats(self) -> dict:
+        return self.sim.stats()
+
+    # ---- operations --------------------------------------------------------------------------------------
+    def _start(self, op: Op, after, body) -> Op:
+        """Run body(op) now, or once every event in `after` has fired."""
+        deps = [e for e in (after or ()) if not e.processed]
+        if not deps:
+            body(op)
+            return op
+
+        def waiter():
+            yield self.env.all_of(deps)
+            body(op)
+        self.env.process(waiter())
+        return op
+
+    def collective(self, kind: str, ranks, size=None, *, count: int | None = None, data=None,
+                   dtype: str = "float32", op="sum", root: int = 0, splits=None, variant: str = "",
+                   algorithm: str | None = None, protocol: str | None = None, numerics: str | None = None,
+                   after=(), tags: Mapping | None = None, label: str | None = None) -> Op:
+        """Run a collective over global `ranks`.
+
+        size: nccl-tests' S (bytes, or a string such as '256MiB'); or count: elements per rank in simcomm's
+        Collective convention. data: the group's rows (numpy, one row per group rank; see Collective) or None for
+        size-only. root is a group rank. op: 'sum', 'avg', ... or a ReduceOp.
+        """
+        kind = canonical_kind(kind)
+        group = _ranks(ranks)
+        np_dtype = np.dtype(numpy_dtype(dtype) if isinstance(dtype, str) else dtype)
+        dtype_name = dtype if isinstance(dtype, str) else np_dtype.name
+        if (size is None) == (count is None):
+            raise SimcommError(f"{kind}: give exactly one of size (nccl-tests' S) and count")
+        if count is None:
+            count = per_rank_count(kind, parse_size(size, "size"), np_dtype.itemsize, len(group))
+        reduce_op = as_reduce_op(OP_NAMES.get(op, op) if isinstance(op, str) else op)
+        coll = Collective(kind, group, int(count), np_dtype, reduce_op, root, splits, variant)
+        forced = self.algorithm.get(kind) if isinstance(self.algorithm, dict) else self.algorithm
+        op_name = {"PRODUCT": "prod"}.get(reduce_op.name, reduce_op.name.lower())
+        all_tags = {"collective": kind, "dtype": dtype_name, "op": op_name, **(tags or {})}
+        result = Op(self.env, "collective", group, all_tags)
+
+        def body(o: Op):
+            o.start = self.now
+            proc, buf, choice = run_collective(self.sim, coll, data, algorithm or forced, protocol or self.protocol,
+                                               numerics or self.numerics, label, tags=all_tags)
+            o.buffers = buf
+            n = len(group)
+            o.record = CollectiveRecord(kind, n, coll.nbytes, coll.count * (n if kind in PER_RANK_SHARD else 1)
+                                        if np_dtype.itemsize else 0, dtype_name, op_name, root, choice.algorithm,
+                                        choice.protocol, choice.predicted, o.start, math.nan, o.tags)
+            o.tags = o.record.tags = {**all_tags, "algorithm": choice.algorithm, "protocol": choice.protocol}
+
+            def done(_e):
+                o.record.end = self.now
+                o._finish(o.record)
+            proc.callbacks.append(done)
+        return self._start(result, after, body)
+
+    def send(self, src, dst, nbytes, *, after=(), tags: Mapping | None = None, label: str = "") -> Op:
+        """Point-to-point: src[i] sends nbytes[i] to dst[i] (scalars or arrays of global ranks; nbytes may be a
+        string such as '8MiB'); fires when the last byte has arrived. Recorded on each sender as a "p2p" op with
+        the receiver as peer."""
+        src, dst = _ranks(src), _ranks(dst)
+        if src.shape != dst.shape:
+            raise SimcommError(f"send: {len(src)} sources but {len(dst)} destinations")
+        amount = _check_amount("nbytes", nbytes)
+        result = Op(self.env, "p2p", src, {**(tags or {})})
+
+        def body(o: Op):
+            o.start = self.now
+            tr = self.sim.network.transfer(src, dst, amount if amount.ndim else float(amount),
+                                           label=label or "p2p", tags=o.tags)
+
+            def done(_e):
+                for s, d, b, f in zip(src.tolist(), dst.tolist(), tr.nbytes.tolist(), tr.finish.tolist()):
+                    self.sim.recorder.op(s, "p2p", o.start, f, b, label or f"send {s}->{d}", d, o.tags)
+                o._finish(tr)
+            tr.done.callbacks.append(done)
+        return self._start(result, after, body)
+
+    p2p = send
+
+    def compute(self, ranks, flops=0.0, seconds=0.0, *, rate: float | None = None, after=(),
+                tags: Mapping | None = None, label: str = "compute") -> Op:
+        """Occupy each rank's compute queue: `flops` at `rate` flop/s (default: the device's peak), plus `seconds`
+        (scalars or one per rank). Work queued on one device runs back to back."""
+        group = _ranks(ranks)
+        flops = _check_amount("flops", flops)
+        seconds = _check_amount("seconds", seconds)
+        rate = self.sim.compute.rate if rate is None else float(_check_amount("rate", rate))
+        if not rate > 0:
+            raise SimcommError(f"compute rate must be positive, got {rate!r}")
+        result = Op(self.env, "compute", group, {**(tags or {})})
+
+        def body(o: Op):
+            o.start = self.now
+            ends = self.sim.compute.use(group, flops, self.now, label, duration=flops / rate + seconds,
+                                        tags=o.tags)
+            self.env.timeout(max(float(ends.max()) - self.now, 0.0)).callbacks.append(lambda _e: o._finish(ends))
+        return self._start(result, after, body)
+
+    def memory_op(self, ranks, nbytes, *, after=(), tags: Mapping | None = None, label: str = "memory") -> Op:
+        """Move `nbytes` of HBM traffic (reads plus writes) on each rank at its memory bandwidth."""
+        group = _ranks(ranks)
+        amount = _check_amount("nbytes", nbytes)
+        result = Op(self.env, "memory", group, {**(tags or {})})
+
+        def body(o: Op):
+            o.start = self.now
+            ends = self.sim.memory.use(group, amount, self.now, label, tags=o.tags)
+            self.env.timeout(max(float(ends.max()) - self.now, 0.0)).callbacks.append(lambda _e: o._finish(ends))
+        return self._start(result, after, body)
+
+
+__all__ = ["CollectiveRecord", "Op", "ReduceOp", "Session"]

@@ -1,0 +1,119 @@
+"""The group-level Session: operations return events that schedules yield, combine and chain; every operation is
+recorded with structured tags; repeated identical collectives reuse one solve."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simcomm.errors import SimcommError
+from simcomm.hardware import build_cluster
+from simcomm.session import Op, Session
+
+DOCS = Path(__file__).parent.parent / "docs" / "architecture.md"
+
+
+def by_kind(session, kind):
+    return [a for a in session.sim.recorder.activities() if a.kind == kind]
+
+
+def test_collective_record_and_tags():
+    s = Session("hgx-h100")
+    op = s.collective("all_reduce", range(8), "64MiB", dtype="bfloat16", tags={"axis": "tp", "layer": 3})
+    assert isinstance(op, Op) and not op.processed
+    s.run(op)
+    r = op.record
+    assert (r.collective, r.ranks, r.size, r.dtype, r.op) == ("all_reduce", 8, 64 << 20, "bfloat16", "sum")
+    assert r.time == pytest.approx(s.now) and r.busbw == pytest.approx(r.algbw * 2 * 7 / 8)
+    spans = by_kind(s, "collective")
+    assert len(spans) == 8 and {a.rank for a in spans} == set(range(8))
+    tags = spans[0].tags
+    assert tags["axis"] == "tp" and tags["layer"] == 3 and tags["collective"] == "all_reduce"
+    assert tags["algorithm"] == r.algorithm and tags["protocol"] == r.protocol and tags["dtype"] == "bfloat16"
+
+
+def test_after_chains_and_all_of_joins():
+    s = Session("hgx-h100")
+    a = s.compute([0, 1], seconds=1e-3, tags={"phase": "forward"})
+    b = s.compute([2, 3], seconds=2e-3)
+    ar = s.collective("all_reduce", range(4), "1MiB", after=[a, b])
+    s.run(ar)
+    assert ar.start == pytest.approx(2e-3) and ar.record.start == ar.start and ar.end == s.now
+    assert a.end == pytest.approx(1e-3) and b.end == pytest.approx(2e-3)
+    both = s.all_of([s.compute([0], seconds=1e-3), s.compute([1], seconds=3e-3)])
+    t0 = s.now
+    s.run(both)
+    assert s.now - t0 == pytest.approx(3e-3)
+
+
+def test_a_schedule_is_a_generator_that_yields_ops():
+    s = Session("hgx-h100")
+    order = []
+
+    def schedule():
+        yield s.compute([0], seconds=1e-3)
+        order.append(s.now)
+        yield s.send(0, 1, "1MiB")
+        order.append(s.now)
+
+    s.run(s.process(schedule()))
+    c = s.cluster
+    bw, lat = c.bottleneck(0, 1)
+    assert order[0] == pytest.approx(1e-3) and order[1] - order[0] == pytest.approx(lat + (1 << 20) / bw, rel=1e-9)
+    (p2p,) = by_kind(s, "p2p")
+    assert p2p.rank == 0 and p2p.peer == 1 and p2p.nbytes == 1 << 20
+
+
+def test_compute_queues_run_back_to_back_and_rates():
+    s = Session("hgx-h100")
+    rate = s.cluster.device.compute_rate
+    first = s.compute([0], flops=rate * 1e-3)
+    second = s.compute([0], flops=1e12, rate=1e15, seconds=1e-3)
+    s.run(s.all_of([first, second]))
+    assert first.end == pytest.approx(1e-3) and second.end == pytest.approx(1e-3 + 1e-3 + 1e-3)
+    spans = by_kind(s, "compute")
+    assert [a.nbytes for a in spans] == [rate * 1e-3, 1e12]  # the flops are recorded, the time is the model's
+    mem = s.memory_op([2, 3], "3GB")
+    s.run(mem)
+    assert mem.end - mem.start == pytest.approx(3e9 / s.cluster.device.memory_bandwidth)
+
+
+def test_repeated_identical_collectives_cost_one_solve():
+    s = Session(build_cluster("hgx-h100", nodes=2))
+    s.run(s.collective("all_reduce", range(16), "16MiB", algorithm="ring"))
+    solves, events = s.stats()["solves"], s.stats()["events"]
+    for _ in range(50):
+        s.run(s.collective("all_reduce", range(16), "16MiB", algorithm="ring"))
+    assert s.stats()["solves"] == solves  # every later run hits the solve cache or replays
+    assert s.stats()["closed_form"] > 0 and (s.stats()["events"] - events) / 50 < events
+
+
+def test_bad_amounts_are_refused():
+    s = Session("hgx-h100")
+    for bad in (float("nan"), -1.0, float("inf")):
+        with pytest.raises(SimcommError, match="finite and non-negative"):
+            s.compute([0], seconds=bad)
+    with pytest.raises(SimcommError, match="exactly one of size"):
+        s.collective("all_reduce", range(8))
+    with pytest.raises(SimcommError, match="unknown collective"):
+        s.collective("allreduse", range(8), "1MiB")
+
+
+def test_docs_dp_pp_example_runs_as_documented():
+    text = DOCS.read_text()
+    code = re.search(r"## A DP \+ PP step on the Session.*?```python\n(.*?)```", text, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 40
+    scope: dict = {}
+    exec(compile(code, str(DOCS), "exec"), scope)
+    s, step = scope["session"], scope["step_time"]
+    fwd, bwd, m, pp = 1e-3, 2e-3, 4, 2
+    assert step > (m + pp - 1) * (fwd + bwd)  # GPipe: the pipeline fills and drains, then DP reduces
+    computes = by_kind(s, "compute")
+    assert len(computes) == 2 * m * pp * 2  # forward and backward, microbatches x stages x DP replicas
+    first_backward = min(a.start for a in computes if a.tags["phase"] == "backward")
+    assert max(a.end for a in computes if a.tags["phase"] == "forward") <= first_backward + 1e-15
+    reduces = [a for a in by_kind(s, "collective") if a.tags.get("axis") == "dp"]
+    assert {a.tags["stage"] for a in reduces} == {0, 1} and len(reduces) == 4
+    last_stage_1 = max(a.end for a in computes if a.tags["stage"] == 1)
+    assert min(a.start for a in reduces if a.tags["stage"] == 1) == pytest.approx(last_stage_1)
+    assert np.isclose(step, s.now)

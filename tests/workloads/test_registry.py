@@ -1,0 +1,29 @@
+"""Workload kinds come from one registry: the scenario schema, the report and the sweep are built from it."""
+from simcomm.scenario import load_text
+from simcomm.scenario.schema import Scenario
+from simcomm.workloads import WORKLOADS, report_blocks, run_scenario, summarize
+
+TEXT = """\
+cluster: {preset: hgx-h100}
+workload: {kind: perf, collectives: [all_reduce, all_gather], sizes: [64KiB, 16MiB], algorithms: [auto, ring]}
+"""
+
+
+def test_report_blocks_cover_every_table():
+    blocks = report_blocks(run_scenario(load_text(TEXT, "t.yaml")))
+    tables = [b for b in blocks if not isinstance(b, str)]
+    assert len(tables) == 4 and tables[0][1][7] == "busbw (GB/s)"
+    assert blocks[0].startswith("scenario t: perf on hgx-h100 (8 ranks")
+    assert blocks[-1].startswith("simulated ")
+
+
+def test_schema_accepts_exactly_the_registered_kinds():
+    kinds = {spec.model_fields["kind"].annotation.__args__[0] for spec in (w.Spec for w in WORKLOADS.values())}
+    assert kinds == set(WORKLOADS) == {"perf", "program", "contention"} | (set(WORKLOADS) - {"perf", "program",
+                                                                                          "contention"})
+    assert "workload" in Scenario.model_fields
+
+
+def test_summary_comes_from_the_kind():
+    (row,) = [r for r in summarize(run_scenario(load_text(TEXT, "t.yaml"))) if r["algorithm"] == "ring"][:1]
+    assert row["collective"] == "all_reduce" and row["peak_busbw"] >= row["busbw"] > 0
