@@ -108,7 +108,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
 
     def runner(tensors, done):
         rows = _rows([as_array(t) for t in tensors], numel_of(tensor))
-        everyone = _config("reduce")["numerics"] == "gloo"
+        everyone = current()[0].services["session"].numerics == "gloo"
 
         def finish(r):
             for i, t in enumerate(tensors):
