@@ -248,9 +248,9 @@ def cmd_bench(args) -> int:
 def cmd_launch(args) -> int:
     import traceback
 
-    from .backends import require_torch
+    from ..backends import require_torch
     require_torch()
-    from .backends.launch import launch
+    from ..backends.launch import launch
     try:
         rate = float(args.flop_rate) if args.flop_rate else None
     except ValueError:
