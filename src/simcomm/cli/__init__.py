@@ -11,7 +11,7 @@ import shutil
 import sys
 
 from ..errors import DeadlockError, MismatchError, RankFailed, SimcommError
-from . import perf
+from . import perf, torch_launch
 
 EXIT_OK, EXIT_SIM, EXIT_USAGE = 0, 1, 2
 
@@ -244,59 +244,6 @@ def cmd_bench(args) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
 
 
-# ---- launch (torch scripts on the simulator) -------------------------------------------------------------------
-def cmd_launch(args) -> int:
-    import traceback
-
-    from ..backends import require_torch
-    require_torch()
-    from ..backends.launch import launch
-    try:
-        rate = float(args.flop_rate) if args.flop_rate else None
-    except ValueError:
-        raise SimcommError(f"--flop-rate must be a number of FLOP/s such as 400e12, got {args.flop_rate!r}") from None
-    script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
-    try:
-        result = launch(args.script, script_args, args.nproc_per_node, args.nnodes, args.cluster,
-                        cuda_as=args.cuda_as, count_flops=args.compute, flop_rate=rate, numerics=args.numerics)
-    except RankFailed as exc:
-        original = getattr(exc, "original", None)
-        if original is not None and not isinstance(original, SimcommError):
-            sys.stderr.write("".join(traceback.format_exception(original)))
-        raise
-    sys.stdout.flush()
-    for w in result.worlds:
-        elapsed = "failed" if w.elapsed is None else f"{w.elapsed * 1e6:.3f} us simulated"
-        sys.stderr.write(f"simcomm launch: {w.kind} world of {w.nprocs} rank{'s' if w.nprocs > 1 else ''} on "
-                         f"{w.cluster}: {elapsed}\n")
-    if args.summary:
-        with open(args.summary, "w") as fh:
-            json.dump({"worlds": [w.__dict__ for w in result.worlds]}, fh, indent=2)
-    return EXIT_OK if result.ok else EXIT_SIM
-
-
-def _add_launch(sub) -> None:
-    la = sub.add_parser("launch", help="run an unmodified torch.distributed script on a simulated cluster",
-                        description="Like torchrun: runs SCRIPT as nnodes x nproc-per-node ranks (threads) whose "
-                                    "torch.distributed calls, CUDA devices, time.sleep and os.environ are served by "
-                                    "the simulator. Scripts that call torch.multiprocessing.spawn / Process run "
-                                    "those ranks the same way. Prints the simulated time of each world to stderr.")
-    la.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", type=int, default=1,
-                    help="ranks per node (default 1, as torchrun)")
-    la.add_argument("--nnodes", type=int, default=1, help="nodes (default 1)")
-    la.add_argument("--cluster", required=True, help="preset (see simcomm presets) or a calibrated profile file")
-    la.add_argument("--cuda-as", choices=["cpu", "meta"], default="cpu",
-                    help="CUDA tensors become CPU tensors with real data (default) or size-only meta tensors")
-    la.add_argument("--compute", action="store_true",
-                    help="charge torch compute (FLOPs counted by torch.utils.flop_counter) at the GPU's rate")
-    la.add_argument("--flop-rate", help="FLOP/s for --compute, e.g. 400e12 (default: the device's rate)")
-    la.add_argument("--numerics", choices=["gloo", "nccl"], help="reduction order (default: by device kind)")
-    la.add_argument("--summary", help="write the worlds' simulated times as JSON to this file")
-    la.add_argument("script", help="the script torchrun would run")
-    la.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
-    la.set_defaults(func=cmd_launch)
-
-
 # ---- parser ----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
@@ -346,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_validate)
 
     sub.add_parser("bench", help="measure the simulator's own speed (simcomm bench --help)", add_help=False)
-    _add_launch(sub)
+    torch_launch.add_parser(sub)
     return p
 
 
