@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from ..algorithms import ReduceOp
-from ..algorithms.reduce_ops import as_reduce_op
+from ..algorithms.reduce_ops import as_reduce_op, check_op
 from ..errors import DistError
 from .api import resolve_group, resolve_peer
 from .runtime import current
@@ -73,17 +73,26 @@ def _write(tensor, values) -> None:
         out[...] = np.asarray(values).reshape(out.shape)
 
 
-def _check_op(op):
+def _numerics() -> str:
+    return current()[0].services["session"].numerics
+
+
+def _check_op(op, tensor=None):
+    """The op as simcomm's ReduceOp; with a tensor, also the error torch raises for op on its dtype on this
+    backend, raised on every calling rank (not only on the one that completes the rendezvous)."""
     try:
-        return as_reduce_op(op)
+        op = as_reduce_op(op)
     except ValueError as exc:
         raise DistError(str(exc)) from None
+    if tensor is not None:
+        check_op(op, dtype_of(tensor), "gloo" if _numerics() == "gloo" else "nccl")
+    return op
 
 
 # ---- reductions ------------------------------------------------------------------------------------------
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce tensor across the group; every rank ends with the same result."""
-    op = _check_op(op)
+    op = _check_op(op, tensor)
     sig = {"shape": _shape(tensor), "dtype": dtype_of(tensor).name, "op": op.name}
 
     def runner(tensors, done):
@@ -99,7 +108,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """Reduce onto dst. Other ranks' tensors: as they were with NCCL numerics; with gloo numerics, the partial
     results gloo's ring leaves in them (see algorithms/gloo.py)."""
-    op = _check_op(op)
+    op = _check_op(op, tensor)
     g = resolve_group(group)
     if g is None:
         return _start("reduce", group, {}, None, None, async_op)
@@ -108,7 +117,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
 
     def runner(tensors, done):
         rows = _rows([as_array(t) for t in tensors], numel_of(tensor))
-        everyone = current()[0].services["session"].numerics == "gloo"
+        everyone = _numerics() == "gloo"
 
         def finish(r):
             for i, t in enumerate(tensors):
@@ -151,7 +160,7 @@ def _same_as(name: str, items, ref) -> None:
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce input_list[i] across ranks into group rank i's output."""
-    op = _check_op(op)
+    op = _check_op(op, output)
     g = resolve_group(group)
     if g is not None:
         _list_size("input list", input_list, g.size())
@@ -183,7 +192,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
 
 
 def _reduce_scatter_flat(output, input, op, group, async_op):  # noqa: A002
-    op = _check_op(op)
+    op = _check_op(op, output)
     g = resolve_group(group)
     sig = {"shape": _shape(output), "dtype": dtype_of(output).name, "op": op.name}
 
@@ -304,11 +313,18 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
-    """Group rank i's input_tensor_list[j] lands in group rank j's output_tensor_list[i]; sizes may differ."""
+    """Group rank i's input_tensor_list[j] lands in group rank j's output_tensor_list[i]; sizes may differ
+    (NCCL), except with gloo numerics: ProcessGroupGloo's alltoall needs every tensor of a list the same size."""
     g = resolve_group(group)
     if g is not None:
         _list_size("input list", input_tensor_list, g.size())
         _list_size("output list", output_tensor_list, g.size())
+        if _numerics() == "gloo":
+            for lst in (output_tensor_list, input_tensor_list):
+                for i, t in enumerate(lst):
+                    if _shape(t) != _shape(lst[0]):
+                        raise DistError(f"ProcessGroupGloo::alltoall: invalid tensor size at index {i} (expected "
+                                        f"{tuple(_shape(lst[0]))}, got {tuple(_shape(t))})")
     dtype = dtype_of(input_tensor_list[0]) if input_tensor_list else np.dtype("float32")
     sig = {"dtype": dtype.name}
     return _all_to_all(g, group, sig, [numel_of(t) for t in input_tensor_list],

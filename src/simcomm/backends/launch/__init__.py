@@ -6,6 +6,6 @@ they behave as they would in that rank's own process on the simulated cluster; f
 usual. Everything is restored when the launch ends. See docs/launch.md.
 """
 from .context import RankContext, current_context
-from .runner import LaunchResult, WorldRecord, launch
+from .runner import LaunchResult, WorldRecord, launch, run_launched
 
-__all__ = ["LaunchResult", "RankContext", "WorldRecord", "current_context", "launch"]
+__all__ = ["LaunchResult", "RankContext", "WorldRecord", "current_context", "launch", "run_launched"]

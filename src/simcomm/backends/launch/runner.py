@@ -82,7 +82,7 @@ def _first_ranks(t, n: int):
 class _Launch:
     """The patches of one launch, and the worlds it runs."""
 
-    def __init__(self, options: Options, script: Script, argv: list[str]):
+    def __init__(self, options: Options, script: Script | None, argv: list[str]):
         self.options, self.script, self.argv = options, script, argv
         self.worlds: list[World] = []
         self.patcher = Patcher()
@@ -116,8 +116,9 @@ class _Launch:
                 p.set(std_mp, name, fn)
         self.environ = RankEnviron(os.environ)
         p.set(os, "environ", self.environ)
-        p.set(sys, "argv", [str(self.script.path), *self.argv])
-        p.set(sys, "path", [str(self.script.path.parent), *sys.path])
+        if self.script is not None:
+            p.set(sys, "argv", [str(self.script.path), *self.argv])
+            p.set(sys, "path", [str(self.script.path.parent), *sys.path])
         self.real_main = sys.modules["__main__"]
         sys.modules["__main__"] = MainProxy(self.real_main)
         return self
@@ -184,3 +185,27 @@ def _record(w: World) -> WorldRecord:
     r = w.result
     return WorldRecord(w.kind, w.nprocs, w.cluster.name, None if r is None else r.elapsed,
                        [] if r is None else list(r.finish_times), None if w.error is None else str(w.error))
+
+
+def run_launched(fn, args=(), nprocs: int = 2, cluster="cpu-host", backend: str = "gloo", **options) -> list:
+    """fn(rank, torch.distributed, *args) on the simulator through the launcher's torch interception (the path an
+    unmodified script takes), after init_process_group(backend); returns each rank's return value.
+
+    The library form of `simcomm launch`, and the simulated half of the conformance suite (the real half is
+    backends.run_real, which calls the same fn with real torch.distributed)."""
+    opts = Options(cluster, options.pop("cuda_as", "cpu"), options.pop("count_flops", False),
+                   options.pop("flop_rate", None), options.pop("numerics", None))
+    if options:
+        raise SimcommError(f"unknown option(s) {sorted(options)}")
+    c = resolve_cluster(cluster, nprocs)
+    with _Launch(opts, None, []) as active:
+        base = active.environ.snapshot()
+        envs = [_torchrun_environ(base, r, nprocs, 1, 29500) for r in range(nprocs)]
+        world = active.new_world("torchrun", nprocs, envs, None, cluster=c)
+
+        def body(rank):
+            tdist.init_process_group(backend, rank=rank, world_size=nprocs)
+            value = fn(rank, tdist, *args)
+            tdist.destroy_process_group()
+            return value
+        return world.run(body).results
