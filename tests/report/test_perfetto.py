@@ -106,3 +106,22 @@ def test_cpu_processes_get_gloo_names():
     ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
     assert len(ops) == 4 and {e["name"] for e in ops} == {"gloo:all_reduce"} and nesting_errors(trace) == []
     assert not any(e["name"].startswith("nccl") for e in trace["traceEvents"])
+
+
+def test_quickstart_trace_has_no_orphan_flow_ends():
+    """Issue 11: the legacy viewer dropped 42 of 336 arrows, whose end came before their start in the file."""
+    from pathlib import Path
+
+    from simcomm.report.perfetto import orphan_flow_ends
+    from simcomm.scenario import load_scenario
+    from simcomm.workloads import run_scenario
+    result = run_scenario(load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"))
+    trace = chrome_trace(result.timeline, result.cluster)
+    starts = [e for e in trace["traceEvents"] if e["ph"] == "s"]
+    ends = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "f"}
+    assert len(starts) == 336 and orphan_flow_ends(trace) == [] and nesting_errors(trace) == []
+    for s in starts:  # each arrow goes from the send's start forward to inside the receive
+        assert ends[s["id"]]["ts"] >= s["ts"]
+    bad = {"traceEvents": [{"ph": "f", "id": 1, "cat": "transfer", "ts": 1.0, "bp": "e"},
+                           {"ph": "s", "id": 1, "cat": "transfer", "ts": 1.0}]}
+    assert orphan_flow_ends(bad) == [1] and "flow 1: its end comes before its start" in nesting_errors(bad)

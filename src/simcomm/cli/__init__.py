@@ -69,8 +69,9 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
     json_file = o.json or ("result.json" if args.save_json else None)
     trace_file = o.trace or ("trace.json" if args.trace else None)
     plots = o.plots or (list(PLOT_FILES) if args.plots else [])
+    rank_traces = "rank_traces" if args.rank_traces else None
     if args.no_files:
-        json_file, trace_file, plots = None, None, []
+        json_file, trace_file, plots, rank_traces = None, None, [], None
     bar, progress = _progress(f"running {loaded.name}")
     if bar:
         with bar:
@@ -78,7 +79,7 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
     else:
         result = run_scenario(loaded, detail=args.detail)
     written = write_outputs(result, out or o.dir or f"simcomm-out/{loaded.name}", json_file, trace_file,
-                            plots_for(result, plots))
+                            plots_for(result, plots), rank_traces)
     if args.json:
         doc = result_json(result, written)
         if len(args.scenarios) == 1:
@@ -263,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--save-json", action="store_true", help="also write result.json to the output directory")
     r.add_argument("--trace", action="store_true", help="also write a Chrome/Perfetto trace (trace.json)")
     r.add_argument("--plots", action="store_true", help="also write PNG plots")
+    r.add_argument("--rank-traces", action="store_true",
+                   help="also write one PyTorch-profiler-style trace per rank (rank_traces/rank<N>.json) for "
+                        "Holistic Trace Analysis")
     r.add_argument("--no-files", action="store_true", help="write nothing, whatever outputs says")
     r.add_argument("--detail", choices=["flows", "steps"], help="override model.detail")
     r.set_defaults(func=cmd_run)

@@ -11,14 +11,19 @@ from .table import render, text_table
 PLOT_FILES = {"busbw": "busbw.png", "timeline": "timeline.png", "links": "links.png"}
 
 
-def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=()) -> dict:
+def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), rank_traces=None) -> dict:
     """Write what was asked into out_dir; returns {what: path}. `plots` should hold only plots that apply to the
-    result's workload (workloads.plots_for)."""
+    result's workload (workloads.plots_for); `rank_traces` names a directory for one Kineto-style trace per rank
+    (what Holistic Trace Analysis loads)."""
     out = Path(out_dir)
     written: dict[str, str] = {}
     if trace_file or plots:
         out.mkdir(parents=True, exist_ok=True)
-    timeline = result.timeline if (trace_file or set(plots) & {"timeline", "links"}) else []
+    timeline = result.timeline if (trace_file or rank_traces or set(plots) & {"timeline", "links"}) else []
+    if rank_traces:
+        from .kineto import write_rank_traces
+        write_rank_traces(timeline, result.cluster, out / rank_traces)
+        written["rank_traces"] = str(out / rank_traces)
     if trace_file:
         from .perfetto import chrome_trace
         path = out / trace_file

@@ -138,6 +138,7 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
         tracks.setdefault((a.rank, a.kind), []).append((s, e, ev, fid))
 
     out, names = [], {}
+    flows: dict[int, list] = {fid: [None, None] for fid in range(1, flow_id + 1)}
     kinds = list(_TRACKS) + sorted({k for _, k in tracks if k not in _TRACKS})
     next_tid: dict[int, int] = {}
     for (pid, kind) in sorted(tracks, key=lambda t: (t[0], kinds.index(t[1]))):
@@ -148,9 +149,7 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
             tid = base + lane
             out.append({**ev, "pid": pid, "tid": tid, "ts": _us(s), "dur": _us(e - s)})
             if fid is not None:
-                mid = _us((s + e) // 2)
-                flow = {"name": "transfer", "cat": "transfer", "id": fid, "pid": pid, "tid": tid, "ts": mid}
-                out.append({**flow, "ph": "f", "bp": "e"} if kind == "recv" else {**flow, "ph": "s"})
+                flows[fid][kind == "recv"] = _flow_end(fid, pid, tid, s, e, kind == "recv")
         label = tracks_named.get(kind, kind)
         for lane in range(max(lanes) + 1):
             names[(pid, base + lane)] = label if lane == 0 else f"{label} #{lane + 1}"
@@ -171,7 +170,17 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
     other = {"generator": "simcomm", "title": title, "cluster": cluster.name, "ranks": cluster.num_ranks}
     if dropped:
         other["dropped_transfers"] = dropped
-    return {"traceEvents": meta + out + instants + counters, "displayTimeUnit": "ns", "otherData": other}
+    # Each arrow's start precedes its end in the file: the legacy viewer drops an end it meets first.
+    arrows = [ev for pair in flows.values() for ev in pair if ev is not None]
+    return {"traceEvents": meta + out + arrows + instants + counters, "displayTimeUnit": "ns", "otherData": other}
+
+
+def _flow_end(fid: int, pid: int, tid: int, start_ns: int, end_ns: int, arriving: bool) -> dict:
+    """An arrow from where the data leaves (the send's start) to where it lands (1 ns before the receive's end,
+    inside that slice, so viewers bind it there and it never points back in time)."""
+    ts = max(start_ns, end_ns - 1) if arriving else start_ns
+    ev = {"name": "transfer", "cat": "transfer", "id": fid, "pid": pid, "tid": tid, "ts": _us(ts)}
+    return {**ev, "ph": "f", "bp": "e"} if arriving else {**ev, "ph": "s"}
 
 
 def _link_counters(acts, cluster, max_links: int = 64) -> list[dict]:
@@ -211,4 +220,18 @@ def nesting_errors(trace: dict) -> list[str]:
                               f"(ends {stack[-1][0]}) without nesting")
             stack.append((e, name))
     errors += [f"flow {fid} has only {sorted(ends)}" for fid, ends in flows.items() if ends != {"s", "f"}]
+    errors += [f"flow {fid}: its end comes before its start" for fid in orphan_flow_ends(trace)]
     return errors
+
+
+def orphan_flow_ends(trace: dict) -> list:
+    """Ids of flow ends a viewer drops: an end with no start before it in the file, or earlier than its start."""
+    started: dict = {}
+    orphans = []
+    for ev in trace.get("traceEvents", []):
+        key = (ev.get("cat"), ev.get("id"))
+        if ev.get("ph") == "s":
+            started[key] = ev["ts"]
+        elif ev.get("ph") == "f" and (key not in started or ev["ts"] < started[key]):
+            orphans.append(ev.get("id"))
+    return orphans
