@@ -1,0 +1,130 @@
+"""ParallelDims: the tp x cp x dp x pp layout of a training job, its rank grid and its process groups.
+
+Ranks are placed in Megatron-LM's default order "tp-cp-ep-dp-pp" (parallel_state.py; no expert parallelism here):
+tensor parallel varies fastest, so a TP group is adjacent ranks (one node, NVLink), then context, then data, and
+pipeline outermost. The grid is one reshaped array: grid[pp, dp, cp, tp] = global rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from ..errors import SimcommError
+
+
+class Axis(str, Enum):
+    """A parallel dimension (the value is Megatron's short name)."""
+
+    TP = "tp"
+    CP = "cp"
+    DP = "dp"
+    PP = "pp"
+
+
+# Grid order, outermost first: the position of each axis in ParallelDims.grid.
+GRID_ORDER = (Axis.PP, Axis.DP, Axis.CP, Axis.TP)
+
+
+class LayoutError(SimcommError):
+    """A parallel layout that cannot be built (sizes that do not divide, do not fit, or are not positive)."""
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """Sizes of each parallel dimension; dp is derived from world_size when given as 0.
+
+    Megatron-LM's names: tensor_model_parallel_size = tp, pipeline_model_parallel_size = pp,
+    context_parallel_size = cp; data parallel size = world_size // (tp * pp * cp).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    dp: int = 0
+    world_size: int = 0
+    grid: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        for name in ("tp", "pp", "cp", "dp", "world_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise LayoutError(f"{name} must be a whole number >= 0, got {v!r}")
+        for name in ("tp", "pp", "cp"):
+            if getattr(self, name) < 1:
+                raise LayoutError(f"{name} must be at least 1, got {getattr(self, name)}")
+        model = self.tp * self.pp * self.cp
+        world, dp = int(self.world_size), int(self.dp)
+        if dp == 0:
+            if world == 0:
+                dp = 1
+            elif world % model:
+                raise LayoutError(f"world size {world} is not divisible by tp x pp x cp = {self.tp} x {self.pp} x "
+                                  f"{self.cp} = {model}; data parallel size would be {world / model:g}")
+            else:
+                dp = world // model
+        if world == 0:
+            world = model * dp
+        if model * dp != world:
+            raise LayoutError(f"tp x pp x cp x dp = {self.tp} x {self.pp} x {self.cp} x {dp} = {model * dp} ranks, "
+                              f"but world size is {world}")
+        object.__setattr__(self, "dp", dp)
+        object.__setattr__(self, "world_size", world)
+        grid = np.arange(world, dtype=np.int64).reshape(self.pp, dp, self.cp, self.tp)
+        grid.flags.writeable = False
+        object.__setattr__(self, "grid", grid)
+
+    # ---- Megatron-LM's names -----------------------------------------------------------------------------
+    @classmethod
+    def from_megatron(cls, world_size: int, tensor_model_parallel_size: int = 1,
+                      pipeline_model_parallel_size: int = 1, context_parallel_size: int = 1) -> "ParallelDims":
+        return cls(tp=tensor_model_parallel_size, pp=pipeline_model_parallel_size, cp=context_parallel_size,
+                   world_size=world_size)
+
+    def size(self, axis: Axis | str) -> int:
+        return {Axis.TP: self.tp, Axis.CP: self.cp, Axis.DP: self.dp, Axis.PP: self.pp}[Axis(axis)]
+
+    # ---- the grid ----------------------------------------------------------------------------------------
+    def coords(self, rank: int) -> dict[Axis, int]:
+        """This rank's index along every axis."""
+        if not 0 <= rank < self.world_size:
+            raise LayoutError(f"rank {rank} is outside the layout's {self.world_size} ranks")
+        pp, dp, cp, tp = np.unravel_index(rank, self.grid.shape)
+        return {Axis.PP: int(pp), Axis.DP: int(dp), Axis.CP: int(cp), Axis.TP: int(tp)}
+
+    def groups(self, axis: Axis | str) -> np.ndarray:
+        """Every process group along `axis`: shape (number of groups, group size), each row in group-rank order."""
+        k = GRID_ORDER.index(Axis(axis))
+        moved = np.moveaxis(self.grid, k, -1)
+        return moved.reshape(-1, moved.shape[-1])
+
+    def group_of(self, rank: int, axis: Axis | str) -> np.ndarray:
+        """The ranks of `rank`'s group along `axis`, in group-rank order."""
+        c = self.coords(rank)
+        index = [c[a] for a in GRID_ORDER]
+        index[GRID_ORDER.index(Axis(axis))] = slice(None)
+        return self.grid[tuple(index)]
+
+    def stage_ranks(self, stage: int) -> np.ndarray:
+        """Every rank of pipeline stage `stage` (all dp, cp and tp coordinates)."""
+        if not 0 <= stage < self.pp:
+            raise LayoutError(f"pipeline stage {stage} is outside 0..{self.pp - 1}")
+        return self.grid[stage].reshape(-1)
+
+    # ---- placement on a cluster --------------------------------------------------------------------------
+    def placement_notes(self, cluster) -> list[str]:
+        """What the layout costs on `cluster`: groups that cross nodes where one would expect them not to."""
+        if self.world_size > cluster.num_ranks:
+            raise LayoutError(f"the layout needs {self.world_size} ranks; {cluster.name} has {cluster.num_ranks}")
+        rpn = cluster.ranks_per_node
+        notes = []
+        for axis in (Axis.TP, Axis.CP):
+            groups = self.groups(axis)
+            if groups.shape[1] > 1 and (groups // rpn != (groups // rpn)[:, :1]).any():
+                notes.append(f"{axis.value} groups of {groups.shape[1]} span nodes ({rpn} ranks per node): their "
+                             "collectives cross the network")
+        return notes
+
+    def describe(self) -> str:
+        return f"tp={self.tp} cp={self.cp} dp={self.dp} pp={self.pp} ({self.world_size} ranks)"

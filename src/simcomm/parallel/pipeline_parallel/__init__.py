@@ -1,0 +1,1 @@
+"""Pipeline parallelism: schedules (plain functions shared by numeric training and the cost model)."""

@@ -1,0 +1,56 @@
+"""ParallelDims: Megatron's rank order (tp fastest, then cp, dp, pp), groups by reshape, and clear layout errors."""
+import numpy as np
+import pytest
+
+from simcomm.hardware import build_cluster
+from simcomm.parallel import Axis, LayoutError, ParallelDims
+
+
+def test_megatron_docstring_example():
+    # parallel_state.py: 8 GPUs, TP 4, CP 2 -> TP groups [0-3], [4-7]; CP groups [0,4], [1,5], [2,6], [3,7]
+    d = ParallelDims(tp=4, cp=2, world_size=8)
+    assert d.dp == 1 and d.pp == 1
+    assert d.groups(Axis.TP).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert d.groups("cp").tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_grid_order_and_groups():
+    d = ParallelDims.from_megatron(64, tensor_model_parallel_size=4, pipeline_model_parallel_size=2,
+                                   context_parallel_size=2)
+    assert (d.tp, d.cp, d.dp, d.pp) == (4, 2, 4, 2)
+    assert d.coords(0) == {Axis.PP: 0, Axis.DP: 0, Axis.CP: 0, Axis.TP: 0}
+    assert d.coords(13) == {Axis.PP: 0, Axis.DP: 1, Axis.CP: 1, Axis.TP: 1}
+    assert d.group_of(13, Axis.DP).tolist() == [1 + 4, 13, 21, 29]  # stride tp*cp = 8
+    assert d.group_of(13, Axis.PP).tolist() == [13, 45]  # stride tp*cp*dp = 32
+    for axis in Axis:
+        groups = d.groups(axis)
+        assert groups.shape == (64 // d.size(axis), d.size(axis))
+        assert sorted(groups.ravel().tolist()) == list(range(64))  # a partition of the ranks
+    assert d.stage_ranks(1).tolist() == list(range(32, 64))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"tp": 3, "world_size": 8}, "not divisible by tp x pp x cp"),
+    ({"tp": 2, "dp": 3, "world_size": 8}, "but world size is 8"),
+    ({"tp": 0}, "tp must be at least 1"),
+    ({"pp": 2.0}, "pp must be a whole number"),
+])
+def test_bad_layouts_say_what_is_wrong(kwargs, message):
+    with pytest.raises(LayoutError, match=message):
+        ParallelDims(**kwargs)
+
+
+def test_placement_notes_when_tp_leaves_the_node():
+    two = build_cluster("hgx-h100", nodes=2)
+    assert ParallelDims(tp=8, world_size=16).placement_notes(two) == []
+    notes = ParallelDims(tp=16, world_size=16).placement_notes(two)
+    assert len(notes) == 1 and notes[0].startswith("tp groups of 16 span nodes")
+    with pytest.raises(LayoutError, match="needs 32 ranks"):
+        ParallelDims(tp=8, world_size=32).placement_notes(two)
+
+
+def test_grid_is_read_only():
+    d = ParallelDims(tp=2, world_size=4)
+    with pytest.raises(ValueError):
+        d.grid[0, 0, 0, 0] = 5
+    assert np.array_equal(d.grid.ravel(), np.arange(4))
