@@ -25,7 +25,8 @@ class LinkUsage:
 
 
 def link_usage(activities, cluster) -> list[LinkUsage]:
-    """Every link that carried a flow, busiest first (ties by link id)."""
+    """Every link that carried a flow, most utilised first (bytes over capacity; ties by link id), so a slow
+    bottleneck link ranks above a fast link that carried more bytes."""
     changes: dict[int, list] = {}
     carried: dict[int, float] = {}
     for a in activities:
@@ -44,7 +45,7 @@ def link_usage(activities, cluster) -> list[LinkUsage]:
         r = np.clip(r[keep], 0.0, None)
         out.append(LinkUsage(link, cluster.link_name(link), float(cluster.link_capacity[link]), carried[link],
                              t[keep], r))
-    out.sort(key=lambda u: (-u.nbytes, u.link))
+    out.sort(key=lambda u: (-(u.nbytes / u.capacity if u.capacity > 0 else 0.0), u.link))
     return out
 
 

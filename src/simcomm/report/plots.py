@@ -6,6 +6,8 @@ from pathlib import Path
 from .links import binned, link_usage
 
 _COLORS = {"collective": "#4c72b0", "send": "#55a868", "hbm": "#c44e52", "compute": "#8172b2"}
+_NAMES = {"collective": "collective (call to completion)", "send": "transfers sent", "hbm": "HBM (reductions)",
+          "compute": "compute"}
 
 
 def _pyplot():
@@ -31,8 +33,13 @@ def plot_busbw(rows, path, title: str = "") -> Path:
     for r in rows:
         if r.size > 0:
             series.setdefault(f"{r.collective} ({r.requested})", []).append((r.size, r.busbw / 1e9))
-    for name, pts in series.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name)
+    # Series that coincide (two algorithms the tuner treats alike) must stay visible: each gets its own marker
+    # and dash pattern, and later ones are drawn thinner on top.
+    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", (0, (5, 1))), ("x", (0, (3, 1, 1, 1)))]
+    for i, (name, pts) in enumerate(series.items()):
+        marker, dash = styles[i % len(styles)]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=6 - min(i, 3),
+                linestyle=dash, linewidth=2.0 - 0.3 * min(i, 4), fillstyle="none", label=name, zorder=2 + i)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(_size_label))
     ax.set_xlabel("size (nccl-tests S)")
@@ -47,6 +54,7 @@ def plot_busbw(rows, path, title: str = "") -> Path:
 def plot_timeline(activities, cluster, path, title: str = "", max_ranks: int = 32) -> Path:
     """One row per rank (up to max_ranks): collectives, transfers and HBM work as bars."""
     plt = _pyplot()
+    everyone = sorted({a.rank for a in activities if a.end > a.start and a.kind in _COLORS})
     acts = [a for a in activities if a.rank < max_ranks and a.end > a.start and a.kind in _COLORS]
     ranks = sorted({a.rank for a in acts}) or [0]
     fig, ax = plt.subplots(figsize=(10, 1 + 0.35 * len(ranks)), dpi=100)
@@ -58,14 +66,16 @@ def plot_timeline(activities, cluster, path, title: str = "", max_ranks: int = 3
                 bars.setdefault(a.rank, []).append((a.start * 1e6, (a.end - a.start) * 1e6))
         for rank, spans in bars.items():
             ax.broken_barh(spans, (ranks.index(rank) + offsets[kind], 0.25 if kind != "collective" else 0.28),
-                           facecolors=color, label=kind if rank == min(bars) else None)
+                           facecolors=color, label=_NAMES[kind] if rank == min(bars) else None)
     ax.set_yticks([i + 0.4 for i in range(len(ranks))])
     ax.set_yticklabels([f"rank {r}" for r in ranks], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("time (us)")
-    ax.set_title(title or f"timeline ({cluster.name})")
+    shown = f"ranks {ranks[0]}-{ranks[-1]} of {len(everyone)} shown" if len(ranks) < len(everyone) else \
+        f"all {len(everyone)} ranks"
+    ax.set_title(f"{title or f'timeline ({cluster.name})'} ({shown})")
     if acts:
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="upper right", title="bars: what each rank was doing", title_fontsize=7)
     return _save(fig, plt, path)
 
 
