@@ -1,0 +1,131 @@
+"""Measured nccl-tests tables next to the simulator's prediction of the same sweep.
+
+For every row: the measured time, the time simcomm predicts for the same collective, size, dtype and ranks on the
+given cluster, and the signed error (predicted - measured) / measured. Per size band, the geometric-mean absolute
+error exp(mean |ln(predicted / measured)|) - 1: symmetric in over- and under-prediction, and a 2x miss counts
+100% either way.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..collective import simulate_collective
+from ..errors import SimcommError
+from ..hardware import Cluster, build_cluster
+from ..units import format_size
+from ..vocab import DTYPE_ALIASES, DTYPES, busbw_factor
+from .nccl_log import Table
+
+MIB = 1 << 20
+BANDS = (("< 1 MiB", 0, MIB), ("1-64 MiB", MIB, 64 * MIB), (">= 64 MiB", 64 * MIB, math.inf))
+
+
+@dataclass
+class Point:
+    size: int
+    measured: float  # seconds
+    predicted: float  # seconds
+    algorithm: str = ""
+    protocol: str = ""
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction: (predicted - measured) / measured."""
+        return (self.predicted - self.measured) / self.measured
+
+
+def gm_abs_error(points) -> float:
+    """exp(mean |ln(predicted / measured)|) - 1 over points (nan for none)."""
+    logs = [abs(math.log(p.predicted / p.measured)) for p in points if p.measured > 0 and p.predicted > 0]
+    return math.exp(sum(logs) / len(logs)) - 1 if logs else math.nan
+
+
+@dataclass
+class Comparison:
+    collective: str
+    ranks: int
+    nodes: int
+    cluster: str
+    title: str = ""
+    source: str = ""
+    points: list[Point] = field(default_factory=list)
+
+    def bands(self) -> list[tuple[str, float, int]]:
+        """(band, geometric-mean |error|, number of sizes) for each band with sizes."""
+        out = []
+        for name, lo, hi in BANDS:
+            pts = [p for p in self.points if lo <= p.size < hi]
+            if pts:
+                out.append((name, gm_abs_error(pts), len(pts)))
+        return out
+
+    def busbw(self, seconds: float, size: int) -> float:
+        return size / seconds * busbw_factor(self.collective, self.ranks) / 1e9 if seconds > 0 else 0.0
+
+
+def _dtype(name: str | None) -> str:
+    if not name:
+        return "float32"
+    key = DTYPE_ALIASES.get(name, name)
+    if key not in DTYPES:
+        raise SimcommError(f"the log's type {name!r} is not one simcomm knows ({', '.join(DTYPES)})")
+    return key
+
+
+def cluster_for(cluster, ranks: int, nodes: int | None) -> tuple[Cluster, int]:
+    """The cluster a measured sweep ran on: `nodes` nodes (default: as few as hold the ranks) with ranks / nodes
+    ranks each (a node's first GPUs when it has more)."""
+    from .launch.runner import torchrun_cluster
+    if isinstance(cluster, Cluster):
+        return cluster, cluster.num_nodes
+    probe = build_cluster(cluster)
+    if nodes is None:
+        nodes = max(1, math.ceil(ranks / probe.ranks_per_node))
+    if ranks % nodes:
+        raise SimcommError(f"{ranks} ranks do not split evenly over {nodes} nodes")
+    per_node = ranks // nodes
+    if per_node > probe.ranks_per_node and probe.device.kind != "cpu":
+        raise SimcommError(f"{ranks} ranks on {nodes} node(s) of {probe.name} would need {per_node} ranks per node; "
+                           f"it has {probe.ranks_per_node} (pass --nodes)")
+    return torchrun_cluster(cluster, per_node, nodes), nodes
+
+
+def compare_table(table: Table, cluster="hgx-h100", *, nodes: int | None = None, collective: str | None = None,
+                  ranks: int | None = None, algorithm: str | None = None, protocol: str | None = None,
+                  in_place: bool = False) -> Comparison:
+    """Simulate every size of `table` on `cluster` and pair it with the measurement."""
+    kind = collective or table.collective
+    if kind is None:
+        raise SimcommError(f"{table.meta.get('source', 'the log')}: the log does not say which collective it "
+                           f"measured; pass --collective")
+    n = ranks or table.ranks or table.inferred_ranks(kind)
+    if not n:
+        raise SimcommError(f"{table.meta.get('source', 'the log')}: the log does not say how many ranks ran; "
+                           f"pass --ranks")
+    c, nodes = cluster_for(cluster, n, nodes)
+    dtype = _dtype(table.dtype)
+    cmp = Comparison(kind, n, nodes, c.name, table.title, str(table.meta.get("source", "")))
+    for row in table.rows:
+        measured = row.figures(in_place).time_us * 1e-6
+        if not measured > 0 or row.size <= 0:
+            continue
+        run = simulate_collective(kind, row.size, cluster=c, ranks=n, dtype=dtype,
+                                  root=max(0, row.root or 0), algorithm=algorithm, protocol=protocol)
+        cmp.points.append(Point(row.size, measured, run.time, run.algorithm, run.protocol))
+    return cmp
+
+
+def render(cmp: Comparison) -> str:
+    """The comparison as a plain-text table and its band summary."""
+    head = (f"{cmp.collective}, {cmp.ranks} ranks on {cmp.cluster}" + (f" [{cmp.title}]" if cmp.title else "")
+            + (f"  ({cmp.source})" if cmp.source else ""))
+    lines = [head, f"{'size':>12} {'measured us':>12} {'predicted us':>13} {'error':>8} {'meas busbw':>11} "
+             f"{'pred busbw':>11}  simulated as"]
+    for p in cmp.points:
+        lines.append(f"{format_size(p.size):>12} {p.measured * 1e6:12.2f} {p.predicted * 1e6:13.2f} "
+                     f"{p.error * 100:+7.1f}% {cmp.busbw(p.measured, p.size):11.2f} "
+                     f"{cmp.busbw(p.predicted, p.size):11.2f}  {p.algorithm}/{p.protocol}")
+    bands = ", ".join(f"{name} {err * 100:.1f}% ({k} size{'s' if k > 1 else ''})" for name, err, k in cmp.bands())
+    lines.append(f"geometric-mean |error|: {bands}")
+    return "\n".join(lines)

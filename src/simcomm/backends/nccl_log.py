@@ -1,0 +1,287 @@
+"""nccl-tests output, read back: every form the tools print.
+
+Text logs: the current 2.x layout (version, "Collective test starting", parameter and device lines, two column
+header lines, rows, "# Out of bounds values", "# Avg bus bandwidth", "Collective test concluded"), older layouts
+with no root column and an `error` column instead of `#wrong`, `#wrong` as N/A (-c 0), trimmed tables (size,
+time, algbw, busbw), sizes with digit separators, and lines prefixed by MPI launchers (`[1,0]<stdout>:` from
+Open MPI's --tag-output, ` 0: ` from srun --label). Several tables may follow each other; a comment line before
+a header (e.g. "# all_reduce, forced Ring") titles the next table. JSON: the -J document (see
+report/nccl_tests.py for the layout simcomm writes), read by field name.
+
+Which collective a table measured comes from the log when it says ("Collective test starting: all_gather_perf",
+a command line, a title naming one); otherwise the caller says. The rank count comes from the device lines, the
+JSON config, or, failing those, from busbw/algbw (nccl-tests' busbw factor).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SimcommError
+from ..vocab import COLL_ALIASES, KINDS, busbw_factor
+
+_PREFIXES = (re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:\s?"), re.compile(r"^\s*\d+:\s"))
+_NAMES = sorted(set(KINDS) | set(COLL_ALIASES) | {"alltoall", "sendrecv"}, key=len, reverse=True)
+_NAME_RE = re.compile(r"\b(" + "|".join(_NAMES) + r")(?:_perf)?\b")
+_VERSION_RE = re.compile(r"nccl-tests version (\S+)")
+_NCCL_RE = re.compile(r"(?:NCCL version|nccl-library=)\s*(\S+)")
+_INT_RE = re.compile(r"^\d[\d_,]*$")
+
+
+class LogError(SimcommError):
+    """A log that cannot be read as nccl-tests output; says which file and line."""
+
+
+@dataclass
+class Figures:
+    time_us: float
+    algbw: float  # GB/s (1e9 bytes/s)
+    busbw: float
+    wrong: str = ""  # "0", "N/A", or the old error column's value
+
+
+@dataclass
+class Row:
+    size: int  # nccl-tests' S, bytes
+    count: int | None
+    dtype: str | None
+    redop: str | None
+    root: int | None
+    out_of_place: Figures
+    in_place: Figures | None = None
+
+    def figures(self, in_place: bool = False) -> Figures:
+        return self.in_place if in_place and self.in_place is not None else self.out_of_place
+
+
+@dataclass
+class Table:
+    """One sweep: the rows under one column header, and what the log says about them."""
+
+    rows: list[Row] = field(default_factory=list)
+    collective: str | None = None
+    title: str = ""
+    ranks: int | None = None  # from the device lines or the JSON config
+    meta: dict = field(default_factory=dict)  # versions, parameter line, footer values, source line
+
+    @property
+    def dtype(self) -> str | None:
+        return self.rows[0].dtype if self.rows else None
+
+    def inferred_ranks(self, collective: str | None = None) -> int | None:
+        """Ranks from busbw / algbw of the largest row (nccl-tests' factor inverted), when the log has no count."""
+        kind = collective or self.collective
+        best = max((r for r in self.rows if r.out_of_place.algbw > 0), key=lambda r: r.size, default=None)
+        if best is None or kind is None:
+            return None
+        ratio = best.out_of_place.busbw / best.out_of_place.algbw
+        factor_one = busbw_factor(kind, 2) == busbw_factor(kind, 3)
+        if factor_one:
+            return None
+        n = 2 / (2 - ratio) if kind == "all_reduce" else 1 / (1 - ratio) if ratio < 1 else None
+        return None if n is None or not math.isfinite(n) else max(2, round(n))
+
+
+def canonical_collective(name: str | None) -> str | None:
+    if not name:
+        return None
+    key = name.strip().lower().removesuffix("_perf")
+    key = COLL_ALIASES.get(key, key)
+    return key if key in KINDS else None
+
+
+def _strip(line: str) -> str:
+    for rx in _PREFIXES:
+        line = rx.sub("", line, count=1)
+    return line.rstrip("\n")
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _header(tokens: list[str]) -> list[str] | None:
+    """Column names if this comment line is nccl-tests' column header (`size count type ...` or `size time ...`)."""
+    names = [t.lower() for t in tokens]
+    if not names or names[0] != "size" or "time" not in names:
+        return None
+    return names
+
+
+def _row(tokens: list[str], columns: list[str]) -> Row | None:
+    if len(tokens) != len(columns) or not _INT_RE.match(tokens[0]):
+        return None
+    size = int(tokens[0].replace("_", "").replace(",", ""))
+    values: dict[str, str] = {}
+    blocks: list[dict[str, str]] = []
+    for name, tok in zip(columns, tokens):
+        if name in ("time", "algbw", "busbw", "#wrong", "error", "wrong"):
+            if name == "time":
+                blocks.append({})
+            blocks[-1][name] = tok
+        else:
+            values[name] = tok
+    if not blocks or any(not math.isfinite(_number(b.get("time", "nan"))) for b in blocks):
+        return None
+
+    def figures(b):
+        wrong = b.get("#wrong", b.get("error", b.get("wrong", "")))
+        return Figures(_number(b["time"]), _number(b.get("algbw", "nan")), _number(b.get("busbw", "nan")), wrong)
+
+    root = values.get("root")
+    count = values.get("count")
+    return Row(size, int(count.replace("_", "")) if count and _INT_RE.match(count) else None,
+               values.get("type"), values.get("redop"), int(root) if root not in (None, "") else None,
+               figures(blocks[0]), figures(blocks[1]) if len(blocks) > 1 else None)
+
+
+def parse_text(text: str, source: str = "log") -> list[Table]:
+    """Every table in an nccl-tests text log (raises LogError if there is none)."""
+    tables: list[Table] = []
+    meta: dict = {}
+    collective: str | None = None
+    title = ""
+    devices = 0
+    columns: list[str] | None = None
+    current: Table | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = _strip(raw)
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            body = stripped.lstrip("#").strip()
+            tokens = body.split()
+            names = _header(tokens)
+            if names is not None:
+                columns = names
+                current = Table(collective=collective, title=title, ranks=devices or None,
+                                meta=dict(meta, source=f"{source}:{number}"))
+                tables.append(current)
+                title = ""
+                continue
+            if tokens[:1] == ["(B)"] or body.startswith("out-of-place") or not body:
+                continue
+            m = _VERSION_RE.search(body)
+            if m:
+                meta["nccl_tests_version"] = m.group(1)
+            m = _NCCL_RE.search(body)
+            if m:
+                meta["nccl_version"] = m.group(1)
+            if body.startswith("Collective test starting:"):
+                collective = canonical_collective(body.split(":", 1)[1]) or collective
+                devices = 0
+                continue
+            if body.startswith("Collective test concluded"):
+                continue
+            if body.startswith("nThread"):
+                meta["parameters"] = body
+                continue
+            if re.match(r"Rank\s+\d+\s+Group", body):
+                devices += 1
+                continue
+            if body.startswith("Out of bounds values"):
+                if current is not None:
+                    current.meta["out_of_bounds"] = body.split(":", 1)[1].strip()
+                continue
+            if body.startswith("Avg bus bandwidth"):
+                if current is not None:
+                    current.meta["avg_busbw"] = _number(body.split(":", 1)[1].split()[0])
+                continue
+            m = _NAME_RE.search(body.lower())
+            if m and not body.startswith("Using"):
+                # a title ("# all_reduce, forced Ring"): names the table it precedes; after rows, it starts a new
+                # table under the same column header
+                title = body
+                collective = canonical_collective(m.group(1)) or collective
+                if current is not None and columns is not None:
+                    if current.rows:
+                        current = Table(collective=collective, title=title, ranks=current.ranks,
+                                        meta=dict(meta, source=f"{source}:{number}"))
+                        tables.append(current)
+                    else:
+                        current.collective, current.title = collective, title
+                    title = ""
+            continue
+        m = _NAME_RE.search(stripped.lower())
+        if m and "_perf" in stripped and columns is None:  # an echoed command line: all_gather_perf -b 8 ...
+            collective = canonical_collective(m.group(1))
+            continue
+        if columns is None or current is None:
+            continue
+        row = _row(stripped.split(), columns)
+        if row is not None:
+            current.rows.append(row)
+    tables = [t for t in tables if t.rows]
+    if not tables:
+        raise LogError(f"{source}: no nccl-tests table found (expected a '#  size  count  type ...' header "
+                       f"followed by rows)")
+    return tables
+
+
+def _figures_from(obj) -> Figures | None:
+    if not isinstance(obj, dict):
+        return None
+    time_us = obj.get("time", obj.get("time_us", obj.get("time(us)")))
+    if time_us is None:
+        return None
+    return Figures(float(time_us), float(obj.get("algbw", obj.get("algbw_gbps", math.nan))),
+                   float(obj.get("busbw", obj.get("busbw_gbps", math.nan))), str(obj.get("wrong", obj.get("#wrong",
+                                                                                                           ""))))
+
+
+def parse_json(doc, source: str = "json") -> list[Table]:
+    """Tables from an nccl-tests -J document (results grouped by test name)."""
+    if isinstance(doc, list):
+        doc = {"results": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise LogError(f"{source}: not an nccl-tests JSON document (expected an object with a 'results' list)")
+    config = doc.get("config") or {}
+    ranks = config.get("nRanks") or (len(doc["devices"]) if isinstance(doc.get("devices"), list) else None)
+    by_name: dict[str, Table] = {}
+    for i, res in enumerate(doc["results"]):
+        if not isinstance(res, dict) or "size" not in res:
+            raise LogError(f"{source}: results[{i}] has no 'size'")
+        oop = _figures_from(res.get("out_of_place", res.get("outOfPlace", res.get("oop"))))
+        ip = _figures_from(res.get("in_place", res.get("inPlace", res.get("ip"))))
+        if oop is None:
+            oop = _figures_from(res)
+        if oop is None:
+            raise LogError(f"{source}: results[{i}] has no out-of-place time")
+        name = str(res.get("name") or doc.get("test") or "")
+        table = by_name.setdefault(name, Table(collective=canonical_collective(name), ranks=ranks, meta={
+            "source": source, "nccl_tests_version": doc.get("nccl_tests_version"),
+            "avg_busbw": doc.get("avg_bus_bandwidth")}))
+        root = res.get("root")
+        table.rows.append(Row(int(res["size"]), res.get("count"), res.get("type"), res.get("redop"),
+                              None if root is None else int(root), oop, ip))
+    if not by_name:
+        raise LogError(f"{source}: the JSON document has no results")
+    return list(by_name.values())
+
+
+def parse_log(text: str, source: str = "log") -> list[Table]:
+    """Text or JSON, whichever the content is."""
+    head = text.lstrip()
+    if head[:1] == "{" or (head[:1] == "[" and not _PREFIXES[0].match(head)):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LogError(f"{source}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        return parse_json(doc, source)
+    return parse_text(text, source)
+
+
+def read_log(path) -> list[Table]:
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as exc:
+        raise LogError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return parse_log(text, str(path))
