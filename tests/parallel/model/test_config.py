@@ -33,7 +33,7 @@ def test_bad_sizes_are_explained(kwargs, message):
 
 
 def test_unknown_names():
-    with pytest.raises(ModelConfigError, match="did you mean 'llama3-8b'"):
+    with pytest.raises(ModelConfigError, match="did you mean 'llama3-70b'"):
         model_preset("llama3-7b")
     with pytest.raises(ModelConfigError, match="unknown model field"):
         model_preset("llama3-8b", hidden=5)
