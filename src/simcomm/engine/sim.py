@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import simpy
 
+from ..errors import SimcommError
+
 from .network import FlowNetwork
 from .resources import DeviceQueue
 from .trace import Recorder
+
+
+_INF = float("inf")
 
 
 class CountingEnvironment(simpy.Environment):
@@ -16,6 +21,9 @@ class CountingEnvironment(simpy.Environment):
         self.scheduled = 0
 
     def schedule(self, event, priority=1, delay=0):
+        if not delay < _INF:  # nan or inf: the event could never be ordered in time (nan breaks the heap)
+            raise SimcommError(f"the simulation was asked to schedule an event at t={self.now!r} + {delay!r} s: a "
+                               "figure or an amount that is not finite (or too large) reached the engine")
         self.scheduled += 1
         super().schedule(event, priority, delay)
 

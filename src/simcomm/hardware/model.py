@@ -10,6 +10,22 @@ from typing import Callable
 
 from ..errors import HardwareError
 
+# The range every hardware figure must lie in (SI units). With sizes below 2**63 bytes, these keep every time the
+# engine computes finite: a rate of 1e-308 B/s (finite, positive) would make a transfer last inf seconds.
+FIGURE_RANGES: dict[str, tuple[float, float, str]] = {
+    "bandwidth": (1.0, 1e16, "B/s"), "latency": (0.0, 1e4, "s"), "compute_rate": (1.0, 1e21, "flop/s"),
+    "memory_capacity": (1.0, 2.0 ** 64, "B"), "factor": (1e-6, 1e6, "")}
+
+
+def check_figure(where: str, key: str, value, kind: str) -> None:
+    """A HardwareError naming `key` unless value is a real number within FIGURE_RANGES[kind]."""
+    low, high, unit = FIGURE_RANGES[kind]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+    if not ok:
+        raise HardwareError(f"{where}: {key} must be a number from {low:g} to {high:g}{' ' + unit if unit else ''}, "
+                            f"got {value!r}")
+
+
 # Vertex kinds. Endpoints (ranks) are "gpu" or "cpu"; everything else may be crossed by a route.
 ENDPOINT_KINDS = ("gpu", "cpu")
 VERTEX_KINDS = ENDPOINT_KINDS + ("nvswitch", "pcie_switch", "host_bridge", "nic", "switch", "loopback")
@@ -29,6 +45,11 @@ class DeviceSpec:
     # receives first and reduces after.
     fused_reduction: bool = True
 
+    def __post_init__(self) -> None:
+        for key, kind in (("memory_bandwidth", "bandwidth"), ("memory_capacity", "memory_capacity"),
+                          ("compute_rate", "compute_rate")):
+            check_figure(f"device {self.name}", key, getattr(self, key), kind)
+
 
 @dataclass(frozen=True)
 class LinkSpec:
@@ -39,6 +60,12 @@ class LinkSpec:
     bandwidth: float  # bytes/s
     latency: float  # seconds
     kind: str  # one of LINK_KINDS
+
+    def __post_init__(self) -> None:
+        check_figure(f"{self.kind} link {self.src}->{self.dst}", f"{self.kind}_bandwidth" if self.kind != "net"
+                     else "link_bandwidth", self.bandwidth, "bandwidth")
+        check_figure(f"{self.kind} link {self.src}->{self.dst}", f"{self.kind}_latency" if self.kind != "net"
+                     else "latency", self.latency, "latency")
 
 
 def duplex(a: str, b: str, bandwidth: float, latency: float, kind: str) -> list[LinkSpec]:
@@ -78,8 +105,6 @@ class NodeTemplate:
             for v in (link.src, link.dst):
                 if v not in self.vertices:
                     raise HardwareError(f"{self.name}: link {link.src}->{link.dst} names unknown vertex {v!r}")
-            if link.bandwidth <= 0 or link.latency < 0:
-                raise HardwareError(f"{self.name}: link {link.src}->{link.dst} needs bandwidth > 0, latency >= 0")
             if link.kind not in LINK_KINDS:
                 raise HardwareError(f"{self.name}: link {link.src}->{link.dst} has unknown kind {link.kind!r}")
         for n in self.nics:
@@ -89,6 +114,9 @@ class NodeTemplate:
             raise HardwareError(f"{self.name}: endpoint_nic needs one NIC index per endpoint")
         if any(not 0 <= i < len(self.nics) for i in self.endpoint_nic):
             raise HardwareError(f"{self.name}: endpoint_nic refers to a NIC that does not exist")
+        if self.nics:
+            check_figure(self.name, "nic_bandwidth", self.nic_bandwidth, "bandwidth")
+            check_figure(self.name, "nic_latency", self.nic_latency, "latency")
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .cluster import Cluster
 from .fabrics import build_fabric
-from .model import DeviceSpec, HardwareError, LinkSpec, NodeTemplate, duplex
+from .model import FIGURE_RANGES, DeviceSpec, HardwareError, LinkSpec, NodeTemplate, check_figure, duplex
 
 GIB = 1 << 30
 # NCCL tuning.cc per-link NVLink bandwidth: 20.0 GB/s on SM80 (A100), 20.6 GB/s on SM90 (H100/H200).
@@ -173,11 +172,8 @@ def apply_overrides(t: NodeTemplate, overrides: dict[str, float]) -> NodeTemplat
                             f"{', '.join(OVERRIDES)}")
     links, device, fields = list(t.links), t.device, {}
     for key, value in overrides.items():
-        latency = key.endswith("latency")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-                or (value < 0 if latency else value <= 0):
-            raise HardwareError(f"override {key} must be a finite number {'>= 0' if latency else '> 0'} in SI "
-                                f"units, got {value!r}")
+        figure = "latency" if key.endswith("latency") else key if key in FIGURE_RANGES else "bandwidth"
+        check_figure(f"{t.name}: override", key, value, figure)
         attr, kind = OVERRIDES[key]
         if kind is not None:
             if not any(link.kind == kind for link in links):
