@@ -245,7 +245,7 @@ def test_new_subgroups_must_divide_the_world():
     def fn(rank):
         dist.new_subgroups(3)
 
-    with pytest.raises(ValueError, match=r"world size \(4\) must be divisible by group_size=3"):
+    with pytest.raises(ValueError, match=r"world size \(4\) must be divisible by 'group_size=3'"):
         spawn(fn)
 
 

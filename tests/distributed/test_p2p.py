@@ -60,8 +60,8 @@ def test_size_only_costs_the_same_as_real_data():
     assert bf_s == real_s  # same bytes
 
 
-def test_size_only_and_real_mix_in_one_transfer():
-    """A size-only send into a real buffer moves no data but costs the same time."""
+def test_size_only_and_real_do_not_mix_in_one_transfer():
+    """A size-only send into a real buffer would leave the buffer silently unchanged: both ends raise instead."""
     def fn(rank):
         if rank == 0:
             dist.send(simcomm.size_only(4), 1)
@@ -70,7 +70,9 @@ def test_size_only_and_real_mix_in_one_transfer():
             dist.recv(buf, 0)
             return buf
 
-    np.testing.assert_array_equal(simcomm.spawn(fn, nprocs=2).results[1], np.full(4, 7.0))
+    with pytest.raises(simcomm.MismatchError, match="rank 0 sends size-only float32.4. to rank 1 .tag 0., but "
+                                                    r"rank 1 receives into float32\[4\]"):
+        simcomm.spawn(fn, nprocs=2)
 
 
 def test_recv_returns_sender_and_any_source_takes_earliest():

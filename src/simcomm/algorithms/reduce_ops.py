@@ -39,7 +39,21 @@ for _name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PRE
 
 def make_premul_sum(factor) -> ReduceOp:
     """PREMUL_SUM with a scalar factor (torch's dist._make_nccl_premul_sum)."""
-    return ReduceOp("PREMUL_SUM", float(factor))
+    try:
+        value = float(factor)
+    except (TypeError, ValueError):
+        raise AlgorithmError(f"PREMUL_SUM needs a real scalar factor, got {factor!r}") from None
+    return ReduceOp("PREMUL_SUM", value)
+
+
+def premultiply(ops: list[ReduceOp], rows: np.ndarray) -> tuple[ReduceOp, np.ndarray]:
+    """Each rank's PREMUL_SUM factor applied to its own row (as NCCL does: every rank scales its input by its
+    own factor, then the rows are summed); returns the op the group reduction then applies and the rows."""
+    if not ops or ops[0].name != "PREMUL_SUM":
+        return ops[0], rows
+    if rows is not None:
+        rows = np.stack([(row * row.dtype.type(op.factor)).astype(row.dtype) for op, row in zip(ops, rows)])
+    return ReduceOp("PREMUL_SUM", 1.0), rows
 
 
 _UFUNC = {"SUM": np.add, "AVG": np.add, "PREMUL_SUM": np.add, "PRODUCT": np.multiply, "MIN": np.minimum,
@@ -55,9 +69,17 @@ def as_reduce_op(op) -> ReduceOp:
     raise AlgorithmError(f"unknown reduce op {op!r}; expected one of {sorted(_UFUNC)}")
 
 
-def check_op(op: ReduceOp, dtype: np.dtype, backend: str = "nccl") -> None:
-    """Raise the error torch would for op on dtype (bitwise ops need integers; complex can only be summed)."""
+def check_op(op: ReduceOp, dtype: np.dtype, backend: str = "nccl", process_group: bool = False) -> None:
+    """Raise the error torch would for op on dtype (bitwise ops need integers; complex can only be summed).
+
+    process_group: also torch's ProcessGroupNCCL rules (it refuses bitwise ops and AVG of booleans, which the
+    algorithms themselves could run)."""
     dtype = np.dtype(dtype)
+    if process_group and backend == "nccl":
+        if op.name in ("BAND", "BOR", "BXOR"):
+            raise AlgorithmError(f"Cannot use ReduceOp.{op.name} with NCCL")
+        if op.name == "AVG" and dtype.kind == "b":
+            raise AlgorithmError("Cannot use ReduceOp.AVG with boolean inputs")
     integral = dtype.kind in "iub"
     if op.name in ("BAND", "BOR", "BXOR") and not integral:
         raise AlgorithmError(f"Cannot use ReduceOp.{op.name} with non-integral dtype {dtype.name}")

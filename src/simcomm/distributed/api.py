@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from ..errors import DistError
-from .groups import NON_GROUP_MEMBER, ProcessGroup
+from .groups import NON_GROUP_MEMBER, ProcessGroup, as_rank
 from .runtime import current
-from .tensors import dtype_of, nbytes_of
+from .tensors import tensor_arg
 from .work import Work
 
 
@@ -49,12 +49,14 @@ def resolve_peer(g: ProcessGroup, peer, group_peer, name: str, required: bool = 
             raise DistError(f"Must specify either {name} or group_{name}")
         return None
     if group_peer is not None:
+        group_peer = as_rank(group_peer, f"group_{name}")
         if not 0 <= group_peer < g.size():
             raise DistError(f"group_{name} {group_peer} is out of range: {g.name} has group ranks 0 to {g.size() - 1}")
         return g.ranks[group_peer]
     rt, _ = current()
     n = rt.nprocs
-    if not isinstance(peer, int) or not 0 <= peer < n:
+    peer = as_rank(peer, name)
+    if not 0 <= peer < n:
         raise DistError(f"{name} {peer!r} is out of range: valid ranks are 0 to {n - 1}")
     if peer not in g:
         raise DistError(f"{name} {peer} is not a member of {g.name} (ranks {list(g.ranks)})")
@@ -143,21 +145,64 @@ def get_process_group_ranks(group) -> list[int]:
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
-              group_desc=None, device_id=None):
-    """A subgroup; every rank must call it in the same order. Non-members get GroupMember.NON_GROUP_MEMBER."""
+              group_desc=None, device_id=None, sort_ranks=True):
+    """A subgroup; every rank must call it in the same order (only its members, with use_local_synchronization).
+    Non-members get GroupMember.NON_GROUP_MEMBER. sort_ranks=False keeps the order given (group rank i is
+    ranks[i])."""
     rt, me = current()
-    return rt.services["groups"].new_group(me, ranks)
+    return rt.services["groups"].new_group(me, ranks, bool(sort_ranks), bool(use_local_synchronization))
 
 
 def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_options=None, group_desc=None):
-    """Split the world into consecutive groups of group_size; returns (my subgroup, all subgroups)."""
+    """Split group (the world by default) into consecutive groups of group_size (default: ranks per node);
+    returns (my subgroup, all subgroups)."""
     rt, me = current()
-    n = rt.nprocs
-    size = group_size or rt.sim.cluster.ranks_per_node
-    if size <= 0 or n % size:
-        raise DistError(f"The world size ({n}) must be divisible by group_size={size}")
-    subgroups = [new_group(list(range(i, i + size))) for i in range(0, n, size)]
-    return subgroups[me // size], subgroups
+    ranks = get_process_group_ranks(group if group is not None else rt.services["groups"].world)
+    size = rt.sim.cluster.ranks_per_node if group_size is None else as_rank(group_size, "group_size")
+    if size <= 0:
+        raise DistError(f"The arg 'group_size' ({size}) must be positive")
+    if len(ranks) < size:
+        raise DistError(f"The arg 'group_size' ({size}) must not exceed the world size ({len(ranks)})")
+    if len(ranks) % size:
+        raise DistError(f"The world size ({len(ranks)}) must be divisible by 'group_size={size}'")
+    return new_subgroups_by_enumeration([ranks[i:i + size] for i in range(0, len(ranks), size)], timeout, backend,
+                                        pg_options, group_desc)
+
+
+def new_subgroups_by_enumeration(ranks_per_subgroup_list, timeout=None, backend=None, pg_options=None,
+                                 group_desc=None):
+    """One new group per list of ranks (they must not overlap); returns (my subgroup or None, all subgroups)."""
+    if not ranks_per_subgroup_list:
+        raise DistError("The arg 'ranks_per_subgroup_list' cannot be empty")
+    _, me = current()
+    seen: dict[int, list] = {}
+    mine, subgroups = None, []
+    for ranks in ranks_per_subgroup_list:
+        subgroup = new_group(ranks, timeout, backend, pg_options, group_desc=group_desc)
+        subgroups.append(subgroup)
+        for r in ranks:
+            if r in seen:
+                raise DistError(f"Rank {r} has appeared in both subgroup {seen[r]} and {list(ranks)}")
+            seen[r] = list(ranks)
+            if r == me:
+                mine = subgroup
+    return mine, subgroups
+
+
+def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None, group_desc=None, backend=None):
+    """Split parent_pg (the world by default) by lists of its GROUP ranks; returns this rank's new group, or None
+    when it is in no split. Every rank of the parent group must call it with the same splits."""
+    if not split_ranks:
+        raise DistError("split_ranks cannot be None or empty")
+    _, me = current()
+    parent = _registered(parent_pg)
+    mine = None
+    for split in split_ranks:
+        ranks = [get_global_rank(parent, as_rank(r, "split_group: each rank")) for r in split]
+        g = new_group(ranks, timeout, backend, pg_options, use_local_synchronization=True, group_desc=group_desc)
+        if me in ranks:
+            mine = g
+    return mine
 
 
 # ---- point to point --------------------------------------------------------------------------------------
@@ -170,13 +215,14 @@ def _p2p(kind: str, tensor, peer, g, tag, group_peer):
     target = resolve_peer(grp, peer, group_peer, name, required=(kind == "send"))
     if target == me:
         raise DistError(f"Invalid {name} rank: rank {me} cannot {kind} {'to' if kind == 'send' else 'from'} itself")
-    dtype_of(tensor)  # type check early, with a clear message
+    tag = as_rank(tag, "tag")
+    arg = tensor_arg(tensor, kind, output=kind == "recv")
     matcher = rt.services["p2p"]
     if kind == "send":
-        event = matcher.post_send(me, target, tag, tensor)
-        what = f"send(dst={target}{f', tag={tag}' if tag else ''}, {nbytes_of(tensor)} B)"
+        event = matcher.post_send(me, target, tag, arg)
+        what = f"send(dst={target}{f', tag={tag}' if tag else ''}, {arg.nbytes} B)"
     else:
-        event = matcher.post_recv(me, target, tag, tensor)
+        event = matcher.post_recv(me, target, tag, arg)
         what = f"recv(src={'any' if target is None else target}{f', tag={tag}' if tag else ''})"
     return rt, me, event, what
 

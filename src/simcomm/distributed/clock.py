@@ -1,6 +1,10 @@
 """Simulated time for rank programs: `from simcomm import clock as time` makes time.sleep/time.time simulated."""
 from __future__ import annotations
 
+import math
+import numbers
+
+from ..errors import DistError
 from .runtime import current
 
 
@@ -14,10 +18,10 @@ perf_counter = monotonic = time
 
 def sleep(seconds: float) -> None:
     """Let simulated time pass for the calling rank (other ranks run meanwhile)."""
-    if seconds < 0:
-        raise ValueError("sleep length must be non-negative")
     rt, me = current()
-    rt.wait(me, rt.env.timeout(seconds), f"sleep({seconds:g} s)")
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not 0 <= seconds < math.inf:
+        raise DistError(f"rank {me}: sleep({seconds!r}): the length must be a finite number of seconds >= 0")
+    rt.wait(me, rt.env.timeout(float(seconds)), f"sleep({seconds:g} s)")
 
 
 def compute(flops: float = 0.0, seconds: float = 0.0, label: str = "compute") -> None:

@@ -1,7 +1,10 @@
 """Process groups: the world and the subgroups ranks create, with torch's non-member behaviour."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..errors import DistError, MismatchError
 
@@ -43,28 +46,67 @@ class _NonMember:
 NON_GROUP_MEMBER = _NonMember()
 
 
+def as_rank(value, what: str) -> int:
+    """An integer-like rank (int, numpy integer: torch accepts both) as int; a DistError naming `what` for floats,
+    bools and anything else."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise DistError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
 class GroupRegistry:
-    """Groups of one run. new_group is collective: the k-th call on every rank names the same group."""
+    """Groups of one run. new_group is collective: the k-th call on every rank names the same group (with
+    use_local_synchronization, only the members call it: the k-th such call of the members for the same ranks)."""
 
     def __init__(self, world_size: int):
         self.world = ProcessGroup(tuple(range(world_size)), "WORLD")
         self._calls: dict[int, int] = {}
         self._groups: list[tuple[ProcessGroup, int]] = []  # (group, rank that created it)
+        self._local_calls: dict[tuple[int, tuple], int] = {}
+        self._local: dict[tuple, list[ProcessGroup]] = {}
 
-    def new_group(self, rank: int, ranks) -> ProcessGroup | _NonMember:
+    def members(self, ranks) -> tuple[int, ...]:
+        """Checked global ranks of a new group, in the order given."""
         n = self.world.size()
-        members = tuple(range(n)) if ranks is None else tuple(int(r) for r in ranks)
+        if ranks is None:
+            return tuple(range(n))
+        if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+            raise DistError(f"new_group: ranks must be a list of integer ranks, got {ranks!r}")
+        members = tuple(as_rank(r, "new_group: each rank") for r in ranks)
         for r in members:
             if not 0 <= r < n:
                 raise DistError(f"Rank {r} is out of range. Valid ranks are 0 to {n - 1}")
         if len(set(members)) != len(members):
-            raise DistError(f"new_group got duplicate ranks: {list(ranks)}")
+            raise DistError(f"new_group got duplicate ranks: {list(members)}")
+        return members
+
+    def new_group(self, rank: int, ranks, sort_ranks: bool = True, local: bool = False):
+        members = self.members(ranks)
+        if sort_ranks:
+            members = tuple(sorted(members))
+        if local:
+            return self._new_local(rank, members)
         k = self._calls.get(rank, 0)
         self._calls[rank] = k + 1
         if k == len(self._groups):
-            self._groups.append((ProcessGroup(tuple(sorted(members)), f"group{k + 1}"), rank))
+            self._groups.append((ProcessGroup(members, f"group{k + 1}"), rank))
         group, creator = self._groups[k]
-        if tuple(sorted(members)) != group.ranks:
-            raise MismatchError(f"new_group call #{k + 1} disagrees: rank {creator} passed ranks "
-                                f"{list(group.ranks)}, rank {rank} passed {sorted(members)}")
+        if members != group.ranks:
+            raise MismatchError(f"rank {rank}: new_group call #{k + 1} disagrees: rank {creator} passed ranks "
+                                f"{list(group.ranks)}, rank {rank} passed {list(members)}")
         return group if rank in group else NON_GROUP_MEMBER
+
+    def _new_local(self, rank: int, members: tuple[int, ...]):
+        """use_local_synchronization=True: only members take part; non-members get the non-member marker."""
+        if rank not in members:
+            return NON_GROUP_MEMBER
+        key = tuple(sorted(members))
+        k = self._local_calls.get((rank, key), 0)
+        self._local_calls[(rank, key)] = k + 1
+        made = self._local.setdefault(key, [])
+        if k == len(made):
+            made.append(ProcessGroup(members, f"group[{','.join(map(str, key))}]#{k + 1}"))
+        if made[k].ranks != members:
+            raise MismatchError(f"rank {rank}: new_group(use_local_synchronization=True) call #{k + 1} for ranks "
+                                f"{list(key)} disagrees on their order: {list(made[k].ranks)} and {list(members)}")
+        return made[k]

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import MismatchError
-from .tensors import as_array, describe, dtype_of, nbytes_of, shape_of
+from .tensors import Arg, write
+
+
+class UnmatchedP2PWarning(UserWarning):
+    """A run ended with isend/irecv calls that never found a partner and that nobody waited for."""
 
 
 @dataclass(eq=False)
@@ -20,7 +22,7 @@ class _Post:
     rank: int
     peer: int | None  # None: any source (recv only)
     tag: int
-    tensor: object
+    tensor: Arg
     event: object  # fires at delivery; its value is the sender's global rank
     seq: int
     posted: float
@@ -29,16 +31,15 @@ class _Post:
 class P2PMatcher:
     """Posted sends and recvs of one run, matched in posting order."""
 
-    def __init__(self, session, fail):
+    def __init__(self, session):
         self.session = session
         self.sim = session.sim
-        self.fail = fail  # aborts the run with an error
         self._sends: dict[tuple[int, int, int], deque[_Post]] = {}
         self._recvs: dict[tuple[int, int, int], deque[_Post]] = {}
         self._any_recvs: dict[tuple[int, int], deque[_Post]] = {}
         self._seq = 0
 
-    def post_send(self, src: int, dst: int, tag: int, tensor):
+    def post_send(self, src: int, dst: int, tag: int, tensor: Arg):
         post = self._post(src, dst, tag, tensor)
         specific = self._recvs.get((src, dst, tag))
         anyq = self._any_recvs.get((dst, tag))
@@ -50,7 +51,7 @@ class P2PMatcher:
             self._sends.setdefault((src, dst, tag), deque()).append(post)
         return post.event
 
-    def post_recv(self, dst: int, src: int | None, tag: int, tensor):
+    def post_recv(self, dst: int, src: int | None, tag: int, tensor: Arg):
         post = self._post(dst, src, tag, tensor)
         if src is None:
             queues = [q for (s, d, t), q in self._sends.items() if d == dst and t == tag and q]
@@ -70,22 +71,33 @@ class P2PMatcher:
         self._seq += 1
         return _Post(rank, peer, tag, tensor, self.sim.env.event(), self._seq, self.sim.now)
 
+    def unmatched(self) -> list[str]:
+        """Posted sends and receives that found no partner, as text."""
+        posts = [(p, f"send(dst={p.peer}") for q in self._sends.values() for p in q]
+        posts += [(p, f"recv(src={'any' if p.peer is None else p.peer}") for qs in (self._recvs, self._any_recvs)
+                  for q in qs.values() for p in q]
+        return [f"rank {p.rank}: {call}{f', tag={p.tag}' if p.tag else ''}, {p.tensor.describe()})"
+                for p, call in sorted(posts, key=lambda pc: pc[0].seq)]
+
     def _start(self, send: _Post, recv: _Post) -> None:
         src, dst = send.rank, recv.rank
-        if dtype_of(send.tensor) != dtype_of(recv.tensor) or nbytes_of(send.tensor) != nbytes_of(recv.tensor):
-            self.fail(MismatchError(
-                f"send/recv mismatch: rank {src} sends {describe(send.tensor)} to rank {dst} (tag {send.tag}), "
-                f"but rank {dst} receives into {describe(recv.tensor)}"))
-        data = as_array(send.tensor)
-        snapshot = None if data is None else np.array(data, copy=True)
-        sent = self.session.send(src, dst, nbytes_of(send.tensor), label=f"send {src}->{dst}",
+        s, r = send.tensor, recv.tensor
+        if s.dtype != r.dtype or s.nbytes != r.nbytes or (s.data is None) != (r.data is None):
+            error = MismatchError(
+                f"rank {src} -> rank {dst}: send/recv mismatch: rank {src} sends {s.describe()} to rank {dst} "
+                f"(tag {send.tag}), but rank {dst} receives into {r.describe()}")
+            for post in (send, recv):  # both ends raise it
+                post.event.fail(error)
+                post.event.defused = True
+            return
+        snapshot = None if s.data is None else s.flat().copy()
+        sent = self.session.send(src, dst, s.nbytes, label=f"send {src}->{dst}",
                                  tags={"tag": send.tag} if send.tag else None)
         self.sim.recorder.op(dst, "recv_posted", recv.posted, recv.posted, 0, f"recv from {src}", src)
 
         def deliver(_event):
-            out = as_array(recv.tensor)
-            if snapshot is not None and out is not None:
-                out[...] = snapshot.reshape(shape_of(recv.tensor)) if out.shape != snapshot.shape else snapshot
+            if snapshot is not None:
+                write(r, snapshot)
             send.event.succeed(src)
             recv.event.succeed(src)
 

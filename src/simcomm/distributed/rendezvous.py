@@ -1,26 +1,41 @@
 """Matches the k-th collective call of every member of a group, checks they agree, then runs it once.
 
-A rank whose call differs from the others' (another collective, shape, dtype, op or root) stops the run with an
-error naming the ranks on each side, instead of hanging as a real backend may.
+When every member has arrived, ranks whose call differs from the others' (another collective, shape, dtype, data
+or size-only, op or root) make the call fail with a MismatchError that names them first (the minority is at
+fault) and shows what each side called. Argument errors that only the whole call reveals (an all_to_all whose
+split sizes do not pair up) fail it the same way. A failed call raises its error in every rank of the call, the
+ones already waiting and the ones still to arrive, as a real backend would raise in every process.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import MismatchError
+from ..errors import DistError, MismatchError
 
 
 @dataclass(eq=False)
 class _Call:
-    name: str
     group: object
     index: int
     done: object
-    arrivals: dict = field(default_factory=dict)  # global rank -> (signature, payload)
+    arrivals: dict = field(default_factory=dict)  # global rank -> (name, signature, payload)
 
 
 def _format(name: str, signature: dict) -> str:
     return f"{name}(" + ", ".join(f"{k}={v}" for k, v in signature.items()) + ")"
+
+
+def _ranks(rs) -> str:
+    rs = sorted(rs)
+    return f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+
+
+def _sides(call: _Call) -> list[tuple[str, list[int]]]:
+    """What each set of ranks called, largest set first (ties: the first to arrive first)."""
+    sides: dict[str, list[int]] = {}
+    for r, (name, sig, _) in call.arrivals.items():
+        sides.setdefault(_format(name, sig), []).append(r)
+    return sorted(sides.items(), key=lambda kv: -len(kv[1]))
 
 
 class CollectiveRendezvous:
@@ -34,37 +49,45 @@ class CollectiveRendezvous:
     def arrive(self, rank: int, group, name: str, signature: dict, payload, run):
         """Register rank's call; when the last member arrives, `run(call_payloads_in_group_order, done)` starts.
 
-        Returns (event that fires when the collective completes, a callable describing what rank waits for).
+        Returns (event that fires when the collective completes, or fails with the call's error; a callable
+        describing what rank waits for).
         """
         gid = id(group)
         index = self._count.get((gid, rank), 0)
         self._count[(gid, rank)] = index + 1
         call = self._open.get((gid, index))
         if call is None:
-            call = self._open[(gid, index)] = _Call(name, group, index, self.rt.env.event())
-        call.arrivals[rank] = (signature, payload)
-        first_rank, (first_sig, _) = next(iter(call.arrivals.items()))
-        if name != call.name or signature != first_sig:
-            self._mismatch(call, rank, name, signature)
+            call = self._open[(gid, index)] = _Call(group, index, self.rt.env.event())
+        call.arrivals[rank] = (name, signature, payload)
         if len(call.arrivals) == group.size():
             del self._open[(gid, index)]
-            payloads = [call.arrivals[r][1] for r in group.ranks]
-            run(payloads, call.done)
+            self._complete(call, run)
 
         def what(call=call, name=name):
             missing = [r for r in group.ranks if r not in call.arrivals]
-            tail = f", waiting for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}" \
-                if missing else ""
-            return f"{name} on {group.name} (call #{call.index + 1}{tail})"
+            tail = f", waiting for {_ranks(missing)}" if missing else ""
+            sides = _sides(call)
+            disagree = "; they disagree: " + "; ".join(f"{_ranks(rs)} called {text}" for text, rs in sides) \
+                if len(sides) > 1 else ""
+            return f"{name} on {group.name} (call #{call.index + 1}{tail}{disagree})"
 
         return call.done, what
 
-    def _mismatch(self, call: _Call, rank: int, name: str, signature: dict) -> None:
-        sides: dict[str, list[int]] = {}
-        for r, (sig, _) in call.arrivals.items():
-            text = _format(call.name if r != rank else name, sig)
-            sides.setdefault(text, []).append(r)
-        parts = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, sorted(rs)))} called {text}"
-                 for text, rs in sides.items()]
-        self.rt.fail(MismatchError(f"collective mismatch on {call.group.name} at call #{call.index + 1}: "
-                                   + "; ".join(parts)))
+    def _complete(self, call: _Call, run) -> None:
+        sides = _sides(call)
+        if len(sides) > 1:
+            blamed = sorted(r for _, rs in sides[1:] for r in rs)
+            parts = [f"{_ranks(rs)} called {text}" for text, rs in sides]
+            self._fail(call, MismatchError(f"{_ranks(blamed)}: collective mismatch on {call.group.name} at call "
+                                           f"#{call.index + 1}: " + "; ".join(parts)))
+            return
+        payloads = [call.arrivals[r][2] for r in call.group.ranks]
+        try:
+            run(payloads, call.done)
+        except DistError as exc:  # found only now that every argument is known: every rank of the call raises it
+            self._fail(call, exc)
+
+    @staticmethod
+    def _fail(call: _Call, error: BaseException) -> None:
+        call.done.fail(error)
+        call.done.defused = True  # raised in the ranks (runtime.wait), not by the event loop

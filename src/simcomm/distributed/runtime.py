@@ -4,15 +4,24 @@ Each rank is a thread, but only one runs at a time: a baton passes between the s
 are deterministic. A rank runs at the current simulated time until it blocks on an event (a recv, a collective,
 a sleep); the scheduler then advances the simulation until some blocked rank's event fires. If every live rank is
 blocked and no event is pending, nothing can ever wake them: that is a deadlock, reported with what each waits for.
+
+A rank that polls (Work.is_completed() returning False) yields too: it runs again once the simulation has taken
+one more step, so a polling loop lets time advance, and polling for what can never happen is a deadlock.
+
+Once the run is aborted (an error in any rank), every call into the runtime raises at once, so cleanup code
+(`finally: dist.barrier()`) cannot hold the run up.
 """
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections import deque
 
 from ..errors import DeadlockError, RankFailed, SimcommError
 
 _local = threading.local()
+_JOIN_S = 2.0  # after an abort, how long all rank threads together may take to unwind
 
 
 class _Aborted(BaseException):
@@ -25,6 +34,8 @@ def current():
     if rt is None:
         raise SimcommError("simcomm.distributed was called outside a simulated rank program: "
                            "run the function with simcomm.spawn(fn, nprocs=N)")
+    if rt.aborted:
+        raise _Aborted()
     return rt, _local.rank
 
 
@@ -38,26 +49,57 @@ class RankRuntime:
         self._resume = [threading.Semaphore(0) for _ in range(nprocs)]
         self._baton = threading.Semaphore(0)
         self._ready: deque[int] = deque()
+        self._polling: dict[int, object] = {}  # rank -> what it polls for; resumed after the next step
         self.waiting: dict[int, str] = {}
+        self._handling: dict[int, BaseException] = {}  # rank -> exception it was handling when it blocked
         self.finished: dict[int, float] = {}
         self.results: list = [None] * nprocs
         self._error: BaseException | None = None
-        self._aborted = False
+        self.aborted = False
         self.services: dict[str, object] = {}  # p2p matcher, collective rendezvous, groups: set up by dist
 
     # ---- called from rank threads ------------------------------------------------------------------------
-    def wait(self, rank: int, event, what):
-        """Block rank until event fires; `what` (text, or a callable giving it) is used in deadlock reports."""
-        if event.processed:
-            return event.value
-        self.waiting[rank] = what
-        event.callbacks.append(lambda _e, r=rank: self._ready.append(r))
+    def _block(self, rank: int) -> None:
         self._baton.release()
         self._resume[rank].acquire()
-        if self._aborted:
+        if self.aborted:
             raise _Aborted()
-        self.waiting.pop(rank, None)
+
+    def wait(self, rank: int, event, what):
+        """Block rank until event fires; `what` (text, or a callable giving it) is used in deadlock reports.
+        An event that failed raises its error in this rank."""
+        if self.aborted:
+            raise _Aborted()
+        if not event.processed:
+            self.waiting[rank] = what
+            self._note_handling(rank)
+            event.callbacks.append(lambda _e, r=rank: self._ready.append(r))
+            self._block(rank)
+            self.waiting.pop(rank, None)
+        if not event.ok:
+            raise event.value
         return event.value
+
+    def poll(self, rank: int, event, what) -> bool:
+        """Whether event has fired; if not, let the simulation take a step first (a polling rank spins)."""
+        if self.aborted:
+            raise _Aborted()
+        if event.processed:
+            return True
+        self.waiting[rank] = what
+        self._polling[rank] = what
+        self._note_handling(rank)
+        self._block(rank)
+        self.waiting.pop(rank, None)
+        return event.processed
+
+    def _note_handling(self, rank: int) -> None:
+        """Remember the exception rank is handling while it blocks (cleanup code in except/finally), for reports."""
+        exc = sys.exc_info()[1]
+        if exc is None:
+            self._handling.pop(rank, None)
+        else:
+            self._handling[rank] = exc
 
     def fail(self, error: BaseException) -> None:
         """Abort the whole run with error (raised from the calling rank, reported by spawn)."""
@@ -69,11 +111,16 @@ class RankRuntime:
     def run(self, fn, args=()) -> list:
         old = threading.stack_size()
         threading.stack_size(4 << 20)  # thousands of ranks must fit; user code rarely recurses deeply
+        threads = []
         try:
-            threads = [threading.Thread(target=self._main, args=(r, fn, args), daemon=True,
-                                        name=f"simcomm-rank-{r}") for r in range(self.nprocs)]
-            for t in threads:
+            for r in range(self.nprocs):
+                t = threading.Thread(target=self._main, args=(r, fn, args), daemon=True, name=f"simcomm-rank-{r}")
                 t.start()
+                threads.append(t)
+        except RuntimeError as exc:  # the OS refused another thread
+            self._abort(threads)
+            raise SimcommError(f"could not start {self.nprocs} rank threads ({len(threads)} started: {exc}); "
+                               "simulate fewer ranks") from None
         finally:
             threading.stack_size(old)
         self._ready.extend(range(self.nprocs))
@@ -90,6 +137,9 @@ class RankRuntime:
                 if self.env.peek() == float("inf"):
                     raise self._deadlock()
                 self.env.step()
+                if self._polling:  # spinning ranks look again after every step
+                    self._ready.extend(sorted(self._polling))
+                    self._polling.clear()
             self.env.run()  # let in-flight work no rank waited for (an unwaited isend) finish
         finally:
             self._abort(threads)
@@ -99,7 +149,7 @@ class RankRuntime:
         self._resume[rank].acquire()
         _local.runtime, _local.rank = self, rank
         try:
-            if not self._aborted:
+            if not self.aborted:
                 self.results[rank] = fn(rank, *args)
                 self.finished[rank] = self.env.now
         except _Aborted:
@@ -118,16 +168,20 @@ class RankRuntime:
             self._baton.release()
 
     def _abort(self, threads) -> None:
-        self._aborted = True
+        """Wake every unfinished rank: each raises _Aborted at its next call into the runtime and unwinds."""
+        self.aborted = True
         for r in range(self.nprocs):
             if r not in self.finished:
                 self._resume[r].release()
+        deadline = time.monotonic() + _JOIN_S
         for t in threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _deadlock(self) -> DeadlockError:
         waiting = {r: (w() if callable(w) else w) for r, w in sorted(self.waiting.items())}
-        parts = [f"rank {r} waits in {what}" for r, what in waiting.items()]
+        parts = [f"rank {r} {'polls is_completed() on' if r in self._polling else 'waits in'} {what}"
+                 + (f" (while handling {type(self._handling[r]).__name__}: {self._handling[r]})"
+                    if r in self._handling else "") for r, what in waiting.items()]
         done = sorted(self.finished)
         if done:
             parts.append(f"rank{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} "

@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 from dataclasses import dataclass
 
 from .groups import GroupRegistry
-from .p2p import P2PMatcher
+from .p2p import P2PMatcher, UnmatchedP2PWarning
 from .rendezvous import CollectiveRendezvous
 from .runtime import RankRuntime
 from ..engine import Activity, Simulation
 from ..session import Session
 from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
+
+
+MAX_RANKS = 16384  # one thread per rank
 
 
 @dataclass
@@ -56,8 +61,13 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     algorithm / protocol force NCCL_ALGO / NCCL_PROTO (algorithm may be a dict per collective kind).
     numerics: "gloo" (bitwise gloo ring order) or "nccl"; the default follows the cluster (CPU -> gloo).
     """
+    if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, numbers.Integral)):
+        raise SimcommError(f"nprocs must be a whole number of ranks, got {nprocs!r}")
+    if nprocs is not None and not 1 <= nprocs <= MAX_RANKS:
+        raise SimcommError(f"nprocs={nprocs}: a rank program runs one thread per rank; simcomm.spawn takes 1 to "
+                           f"{MAX_RANKS} ranks (simulate more with group-level workloads)")
     c = resolve_cluster(cluster, nprocs)
-    n = nprocs if nprocs is not None else c.num_ranks
+    n = int(nprocs) if nprocs is not None else c.num_ranks
     if not 1 <= n <= c.num_ranks:
         raise SimcommError(f"nprocs={n} does not fit {c.name}, which has {c.num_ranks} ranks")
     session = Session(c, detail=detail, algorithm=algorithm, protocol=protocol,
@@ -66,8 +76,13 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     rt = RankRuntime(sim, n)
     rt.services["session"] = session
     rt.services["groups"] = GroupRegistry(n)
-    rt.services["p2p"] = P2PMatcher(session, rt.fail)
+    rt.services["p2p"] = matcher = P2PMatcher(session)
     rt.services["collectives"] = CollectiveRendezvous(rt)
     results = rt.run(fn, args)
+    unmatched = matcher.unmatched()
+    if unmatched:  # NCCL would hang at teardown on these
+        shown = "; ".join(unmatched[:8]) + (f"; and {len(unmatched) - 8} more" if len(unmatched) > 8 else "")
+        warnings.warn(f"{len(unmatched)} isend/irecv never matched and never waited for (a real job would hang at "
+                      f"teardown): {shown}", UnmatchedP2PWarning, stacklevel=2)
     finish = [rt.finished.get(r, sim.now) for r in range(n)]
     return SpawnResult(results, sim.now, finish, sim)
