@@ -35,7 +35,7 @@ def test_every_preset_builds(preset, nodes):
 def test_describe_preset_adds_registry_fields():
     d = describe_preset("cpu-host", nodes=2)
     assert DESCRIBE_KEYS <= set(d)
-    assert d["params"] == {"ranks_per_node": 4} and d["default_fabric"] == "fat-tree"
+    assert d["params"] == {"ranks_per_node": 4, "host_bandwidth": None} and d["default_fabric"] == "fat-tree"
     assert d["device_kind"] == "cpu" and d["ranks"] == 8
     assert "nvlink_bandwidth" in d["overrides"]
 

@@ -129,8 +129,9 @@ def _predict(m: CostModel, coll: Collective) -> float:
         return math.inf  # NCCL has no LL/LL128 NVLS
     cluster, n, size = m.cluster, m.n, float(coll.nbytes)
     up = cluster.switch_links(int(coll.ranks[0]))[0] if cluster.template.nvls else None
-    lat = m.intra_lat if up is None else m.proto.hop(m.intra_kind) + float(cluster.link_latency[up])
-    bus = m.intra_bw * NVLS_EFFICIENCY * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
+    lat = m.proto.base_latency + (m.intra_lat if up is None else m.proto.hop(m.intra_kind) + float(cluster.link_latency[up]))
+    # the cluster's tuning scales the NVLS bandwidth the same way in the executor (proto.efficiency)
+    bus = m.intra_bw * NVLS_EFFICIENCY * (NVLS_CHANNELS - 1) / NVLS_CHANNELS * m.proto.efficiency
     if coll.kind == "all_reduce":
         return lat + size * 2 * (n - 1) / n / (2 * bus)
     return lat + size * (n - 1) / n / bus

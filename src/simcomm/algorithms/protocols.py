@@ -39,18 +39,27 @@ _BASE = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}, "tree": {"LL": 6.8, 
 _EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 
 
-def protocol(name: str, family: str = "ring", device_kind: str = "gpu") -> Protocol:
+def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=None, kind: str = "",
+             ranks: int = 0) -> Protocol:
     """The protocol `name` as used by an algorithm of `family` ("ring" or "tree" latencies).
 
     CPU ranks (gloo over TCP) have no NCCL protocols: they get a plain protocol with no added latency.
+    `tuning` (the cluster's hardware.Tuning) adds its launch and per-step overheads and scales the bandwidth by its
+    efficiency for the family, the protocol and the collective `kind`; without it NCCL's tuner figures stand.
     """
+    launch = tuning.launch_overhead if tuning is not None else 0.0
+    step = tuning.step_overhead_for(ranks) if tuning is not None else 0.0
     if device_kind == "cpu":
-        return Protocol("TCP", 1.0, {}, 0.0)
+        factor = tuning.factor(family, kind) if tuning is not None else 1.0
+        hops = {k: step for k in ("nvlink", "pcie", "net", "loopback")} if step else {}
+        return Protocol("TCP", factor, hops, launch)
     if name not in PROTOCOLS:
         raise AlgorithmError(f"unknown protocol {name!r}; expected one of {', '.join(PROTOCOLS)}")
     nv, pci, net = _HOP["tree" if family == "tree" else "ring"][name]
     base = _BASE["tree" if family == "tree" else "ring"][name]
     if family == "nvls":
         nv, pci, net, base = 25.0, 25.0, 18.0, 0.0  # NVLS Simple: NVLink 25, NET 18; base 0
-    return Protocol(name, _EFFICIENCY[name], {"nvlink": nv * _US, "pcie": pci * _US, "net": net * _US,
-                                              "loopback": pci * _US}, base * _US)
+    factor = tuning.factor(family, name, kind) if tuning is not None else 1.0
+    return Protocol(name, _EFFICIENCY[name] * factor,
+                    {"nvlink": nv * _US + step, "pcie": pci * _US + step, "net": net * _US + step,
+                     "loopback": pci * _US + step}, base * _US + launch)

@@ -49,7 +49,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     reducing = coll.kind in REDUCING
     if buf.live and reducing:
         buf.rows[...] = prepare(coll.op, buf.rows, coll.n, premul)
-    proto = make_protocol(choice.protocol, alg.family, cluster.device.kind)
+    proto = make_protocol(choice.protocol, alg.family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n)
     op = {"PRODUCT": "prod"}.get(coll.op.name, coll.op.name.lower())
     name = label or f"{coll.kind} {choice.algorithm}/{proto.name}"
     tags = {"collective": coll.kind, "dtype": coll.dtype.name, "op": op, **(tags or {}),

@@ -47,7 +47,7 @@ def predict(cluster, coll: Collective, name: str, proto_name: str) -> float:
         return 0.0
     alg = algorithm(coll.kind, name)
     coll = _placed(cluster, coll)
-    m = CostModel(cluster, coll, make_protocol(proto_name, alg.family, cluster.device.kind))
+    m = CostModel(cluster, coll, make_protocol(proto_name, alg.family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n))
     return alg.predict(m, coll) + _unfused_reduction(m, coll, alg)
 
 

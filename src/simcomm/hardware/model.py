@@ -29,7 +29,7 @@ def check_figure(where: str, key: str, value, kind: str) -> None:
 # Vertex kinds. Endpoints (ranks) are "gpu" or "cpu"; everything else may be crossed by a route.
 ENDPOINT_KINDS = ("gpu", "cpu")
 VERTEX_KINDS = ENDPOINT_KINDS + ("nvswitch", "pcie_switch", "host_bridge", "nic", "switch", "loopback")
-LINK_KINDS = ("nvlink", "pcie", "net", "loopback", "inter_socket")
+LINK_KINDS = ("nvlink", "pcie", "net", "loopback", "inter_socket", "host")
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,46 @@ def duplex(a: str, b: str, bandwidth: float, latency: float, kind: str) -> list[
 
 
 @dataclass(frozen=True)
+class Tuning:
+    """Software figures on top of the links, read by the algorithms' predictions and the executor's timing.
+
+    launch_overhead: seconds added once per collective (kernel launch, the library's setup), on top of the
+        protocol's base latency. step_overhead: seconds added to every step's hop latency.
+    efficiency: multipliers of the bandwidth a collective gets, by algorithm family ("ring", "tree", "nvls"),
+        protocol ("LL", "LL128", "Simple") or collective ("all_gather", ...); they multiply; 1.0 where absent.
+    sources: where the figures come from (a fit, a table, a profile file).
+    cores: for CPU ranks (gloo), the host's cores; a step's overhead grows as ranks / cores beyond them.
+    """
+
+    launch_overhead: float = 0.0
+    step_overhead: float = 0.0
+    efficiency: tuple[tuple[str, float], ...] = ()
+    sources: tuple[str, ...] = ()
+    cores: int = 0  # CPU ranks: cores they share; with more ranks than cores a step waits its turn (0: no limit)
+
+    def step_overhead_for(self, ranks: int) -> float:
+        """step_overhead, scaled by ranks / cores when CPU ranks outnumber the cores they share."""
+        if self.cores and ranks > self.cores:
+            return self.step_overhead * ranks / self.cores
+        return self.step_overhead
+
+    def __post_init__(self) -> None:
+        if not (self.launch_overhead >= 0 and self.step_overhead >= 0):
+            raise HardwareError("tuning overheads must be >= 0 seconds")
+        for key, value in self.efficiency:
+            if not 0 < value <= 4:
+                raise HardwareError(f"tuning efficiency {key} must be in (0, 4], got {value!r}")
+
+    def factor(self, *keys: str) -> float:
+        """The product of the efficiencies named by keys (family, protocol), 1.0 for those not set."""
+        table = dict(self.efficiency)
+        out = 1.0
+        for k in keys:
+            out *= table.get(k, 1.0)
+        return out
+
+
+@dataclass(frozen=True)
 class NodeTemplate:
     """One node's layout; every node of a cluster is a copy of it.
 
@@ -93,6 +133,7 @@ class NodeTemplate:
     nic_latency: float = 0.0
     nvls: bool = False  # NVSwitch can reduce in the switch (NVLink SHARP)
     sources: tuple[str, ...] = ()  # where the figures come from
+    tuning: Tuning = Tuning()  # software overheads and efficiencies (NCCL's tuner figures when empty)
 
     def __post_init__(self) -> None:
         for v, kind in self.vertices.items():

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .cluster import Cluster
 from .fabrics import build_fabric
-from .model import FIGURE_RANGES, DeviceSpec, HardwareError, LinkSpec, NodeTemplate, check_figure, duplex
+from .model import FIGURE_RANGES, DeviceSpec, HardwareError, LinkSpec, NodeTemplate, Tuning, check_figure, duplex
 
 GIB = 1 << 30
 # NCCL tuning.cc per-link NVLink bandwidth: 20.0 GB/s on SM80 (A100), 20.6 GB/s on SM90 (H100/H200).
@@ -104,13 +104,25 @@ def pcie_4gpu() -> NodeTemplate:
                         (0, 0, 1, 1), HDR_NIC, NIC_LAT, False, (_NCCL, _REF, "latencies: estimates"))
 
 
-def cpu_host(ranks_per_node: int = 4) -> NodeTemplate:
+def cpu_host(ranks_per_node: int = 4, host_bandwidth: float | None = None) -> NodeTemplate:
+    """host_bandwidth: what the host's cores can copy for all ranks at once (bytes/s); every loopback transfer
+    then also crosses one shared "host" link of that capacity (a calibrated profile sets it; None: no limit)."""
     cpus = [f"cpu{i}" for i in range(ranks_per_node)]
     vertices = {c: "cpu" for c in cpus} | {"loopback": "loopback", "nic0": "nic"}
-    links = [s for c in cpus for s in duplex(c, "loopback", LOOPBACK_BW, LOOPBACK_LAT, "loopback")]
-    links += duplex("nic0", "loopback", PCIE_GEN4, PCIE_LAT, "pcie")  # the NIC hangs off the host's network stack
+    if host_bandwidth is None:
+        links = [s for c in cpus for s in duplex(c, "loopback", LOOPBACK_BW, LOOPBACK_LAT, "loopback")]
+        links += duplex("nic0", "loopback", PCIE_GEN4, PCIE_LAT, "pcie")  # the NIC hangs off the network stack
+    else:
+        vertices |= {"host": "loopback"}  # sends enter "loopback", cross the shared host link, leave from "host"
+        links = [LinkSpec(c, "loopback", LOOPBACK_BW, LOOPBACK_LAT, "loopback") for c in cpus]
+        links += [LinkSpec("host", c, LOOPBACK_BW, LOOPBACK_LAT, "loopback") for c in cpus]
+        links += [LinkSpec("loopback", "host", float(host_bandwidth), 0.0, "host"),
+                  LinkSpec("host", "nic0", PCIE_GEN4, PCIE_LAT, "pcie"),  # the NIC, too, is fed by the host
+                  LinkSpec("nic0", "loopback", PCIE_GEN4, PCIE_LAT, "pcie")]
     description = (f"{ranks_per_node} CPU processes on one host talking over TCP loopback (gloo-style); "
-                   "one 100 Gb/s NIC (12.5 GB/s line, ~12.2 effective) for multi-host runs")
+                   "one 100 Gb/s NIC (12.5 GB/s line, ~12.2 effective) for multi-host runs"
+                   + (f"; the host copies {host_bandwidth / 1e9:g} GB/s for all ranks together"
+                      if host_bandwidth is not None else ""))
     return NodeTemplate("cpu-host", description, CPU_PROC, vertices, tuple(cpus), tuple(links), ("nic0",),
                         (0,) * ranks_per_node, NIC_100G, NIC_LAT, False,
                         (_REF, "loopback TCP and CPU figures: estimates"))
@@ -137,7 +149,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("hgx-h200", "8x H200 SXM 141GB, NVSwitch + NVLS, 8x NDR 400G", hgx_h200, "rail-optimised"),
     Preset("pcie-4gpu", "4x GPU on PCIe Gen4, no NVLink, 2x 200G", pcie_4gpu, "fat-tree"),
     Preset("cpu-host", "CPU processes over TCP loopback (gloo), 1x 100G", cpu_host, "fat-tree",
-           (("ranks_per_node", 4),)),
+           (("ranks_per_node", 4), ("host_bandwidth", None))),
 )}
 
 # Override key -> (what it sets, link kind or None). Values are numbers in SI units.
@@ -146,6 +158,7 @@ OVERRIDES: dict[str, tuple[str, str | None]] = {
     "pcie_bandwidth": ("bandwidth", "pcie"), "pcie_latency": ("latency", "pcie"),
     "loopback_bandwidth": ("bandwidth", "loopback"), "loopback_latency": ("latency", "loopback"),
     "nic_bandwidth": ("nic_bandwidth", None), "nic_latency": ("nic_latency", None),
+    "host_bandwidth": ("bandwidth", "host"),
     "memory_bandwidth": ("memory_bandwidth", None), "memory_capacity": ("memory_capacity", None),
     "compute_rate": ("compute_rate", None),
 }
@@ -156,6 +169,10 @@ def list_presets() -> list[str]:
 
 
 def get_preset(name: str) -> Preset:
+    """The preset called `name`, or the preset a calibration profile file builds on."""
+    from .profile import is_profile, load_profile
+    if is_profile(name):
+        return get_preset(load_profile(name).preset)
     key = str(name).strip().lower().replace("_", "-")
     if key in PRESETS:
         return PRESETS[key]
@@ -195,8 +212,25 @@ def apply_overrides(t: NodeTemplate, overrides: dict[str, float]) -> NodeTemplat
 
 def build_cluster(preset: str = "hgx-h100", nodes: int = 1, fabric: str | None = None,
                   ranks_per_node: int | None = None, overrides: dict[str, float] | None = None,
-                  fabric_options: dict[str, Any] | None = None) -> Cluster:
-    """`nodes` copies of a preset joined by `fabric` (the preset's default when None)."""
+                  fabric_options: dict[str, Any] | None = None, *, params: dict[str, Any] | None = None,
+                  tuning: Tuning | None = None) -> Cluster:
+    """`nodes` copies of a preset joined by `fabric` (the preset's default when None).
+
+    `preset` may also be a calibration profile file (.yaml/.yml/.json, written by `simcomm calibrate`): its
+    preset, builder params, overrides and tuning apply first; explicit arguments here win. `params` are the
+    preset builder's parameters (see Preset.params); `tuning` replaces the template's software figures."""
+    from .profile import is_profile, load_profile
+    builder_params: dict = dict(params or {})
+    label = "tuned" if tuning is not None or params else None
+    if is_profile(preset):
+        prof = load_profile(preset)
+        preset, label = prof.preset, prof.name
+        tuning = tuning if tuning is not None else prof.tuning
+        builder_params = {**prof.params, **builder_params}
+        overrides = {**prof.overrides, **dict(overrides or {})}
+        if ranks_per_node is None and "ranks_per_node" in builder_params:
+            ranks_per_node = builder_params["ranks_per_node"]
+        builder_params.pop("ranks_per_node", None)
     p = get_preset(preset)
     if isinstance(nodes, bool) or not isinstance(nodes, numbers.Integral) or nodes < 1:
         raise HardwareError(f"nodes must be an integer >= 1, got {nodes!r}")
@@ -206,14 +240,21 @@ def build_cluster(preset: str = "hgx-h100", nodes: int = 1, fabric: str | None =
             raise HardwareError(f"ranks_per_node must be an integer >= 1, got {ranks_per_node!r}")
         if "ranks_per_node" in p.defaults:
             params["ranks_per_node"] = int(ranks_per_node)
-    template = p.builder(**params)
+    unknown = sorted(set(builder_params) - set(p.defaults))
+    if unknown:
+        raise HardwareError(f"preset {p.name} takes no parameter(s) {', '.join(unknown)}; it takes "
+                            f"{', '.join(p.defaults) or 'none'}")
+    template = p.builder(**params, **builder_params)
+    if tuning is not None:
+        template = dataclasses.replace(template, tuning=tuning)
     if ranks_per_node is not None and len(template.endpoints) != ranks_per_node:
         raise HardwareError(f"preset {p.name} has a fixed {len(template.endpoints)} ranks per node; "
                             f"ranks_per_node={ranks_per_node} is not allowed")
     template = apply_overrides(template, dict(overrides or {}))
     # Build the fabric even for one node so a bad fabric name or option is reported at once.
     fab = build_fabric(fabric or p.default_fabric, nodes, template, **dict(fabric_options or {}))
-    name = p.name if nodes == 1 else f"{nodes}x {p.name} ({fab.kind})"
+    base = p.name if label is None else f"{p.name} [{label}]"
+    name = base if nodes == 1 else f"{nodes}x {base} ({fab.kind})"
     return Cluster(name, template, nodes, fab if nodes > 1 else None)
 
 

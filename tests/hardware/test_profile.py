@@ -1,0 +1,50 @@
+"""Calibration profiles: a preset plus figures in a file, accepted wherever a preset name is."""
+import pytest
+
+from simcomm.collective import simulate_collective
+from simcomm.hardware import HardwareError, Tuning, build_cluster, load_profile, write_profile
+
+
+def test_round_trip_and_build(tmp_path):
+    path = write_profile(tmp_path / "host.yaml", "cpu-host",
+                         params={"host_bandwidth": 3e9, "ranks_per_node": 3},
+                         overrides={"loopback_bandwidth": 2e9, "loopback_latency": 1e-5},
+                         tuning=Tuning(2e-5, 5e-6, (("ring", 0.9),), ("test",)), fit={"points": 3})
+    prof = load_profile(path)
+    assert prof.preset == "cpu-host" and prof.params["host_bandwidth"] == 3e9 and prof.fit == {"points": 3}
+    assert prof.tuning.launch_overhead == 2e-5 and prof.tuning.factor("ring", "Simple") == 0.9
+    c = build_cluster(str(path))
+    assert c.ranks_per_node == 3 and c.name == "cpu-host [host]"
+    assert c.template.tuning.step_overhead == 5e-6
+    assert sorted({k for k in c.link_kind}) == ["host", "loopback", "pcie"]
+    assert build_cluster(str(path), overrides={"loopback_bandwidth": 1e9}).link_capacity.min() == 1e9
+
+
+def test_tuning_changes_the_simulated_time(tmp_path):
+    plain = simulate_collective("all_reduce", 1 << 20, cluster="cpu-host", ranks=4).time
+    path = write_profile(tmp_path / "slow.yaml", "cpu-host", tuning=Tuning(launch_overhead=1e-3))
+    tuned = simulate_collective("all_reduce", 1 << 20, cluster=build_cluster(path), ranks=4).time
+    assert tuned - plain == pytest.approx(1e-3, rel=1e-6)
+    shared = write_profile(tmp_path / "shared.yaml", "cpu-host", params={"host_bandwidth": 1e9})
+    big = 64 << 20
+    narrow = simulate_collective("all_gather", big, cluster=build_cluster(shared), ranks=4).time
+    assert narrow > 2 * simulate_collective("all_gather", big, cluster="cpu-host", ranks=4).time
+
+
+def test_unit_strings_and_errors(tmp_path):
+    p = tmp_path / "u.yml"
+    p.write_text("preset: cpu-host\noverrides: {loopback_bandwidth: 2GB/s, loopback_latency: 12us}\n"
+                 "tuning: {launch_overhead: 30us}\n")
+    prof = load_profile(p)
+    assert prof.overrides == {"loopback_bandwidth": 2e9, "loopback_latency": 12e-6}
+    assert prof.tuning.launch_overhead == pytest.approx(30e-6)
+    bad = tmp_path / "bad.yaml"
+    for text, msg in [("nope: 1\n", "needs 'preset"), ("preset: cpu-host\ncolour: red\n", "unknown key.*colour"),
+                      ("preset: cpu-host\noverrides: {loopback_bandwidth: fast}\n", "loopback_bandwidth"),
+                      ("preset: cpu-host\ntuning: {efficiency: {ring: 0}}\n", "efficiency ring"),
+                      ("preset: cpu-host\nparams: {colour: 1}\n", "takes no parameter")]:
+        bad.write_text(text)
+        with pytest.raises(HardwareError, match=msg):
+            build_cluster(str(bad))
+    with pytest.raises(HardwareError, match="cannot read profile"):
+        build_cluster(str(tmp_path / "missing.yaml"))
