@@ -25,6 +25,16 @@ def direct_gather(coll: Collective, buf: Buffers):
         w[root, others] = w[others, others]
 
 
+def direct_broadcast(coll: Collective, buf: Buffers):
+    """The root sends the whole buffer to every other rank at once (gloo's broadcast on one host: its time grows
+    as n - 1 copies from the root, measured with torch 2.13 over loopback)."""
+    n, root = coll.n, coll.root
+    others = np.array([i for i in range(n) if i != root], dtype=np.int64)
+    yield step(np.full(len(others), root), others, coll.count * coll.itemsize, label="broadcast")
+    if buf.live:
+        buf.rows[others] = buf.rows[root]
+
+
 def direct_scatter(coll: Collective, buf: Buffers):
     """The root sends block i to rank i at once."""
     n, root = coll.n, coll.root
@@ -137,7 +147,9 @@ def _predict_direct(m: CostModel, coll: Collective) -> float:
         return m.intra_lat + t
     if kind == "all_to_all":
         return sum(m.step(blk, m.shift_cross(s)) for s in range(1, n))
-    if kind in ("gather", "scatter"):
+    if kind == "broadcast":  # the root's links carry n - 1 copies of the whole buffer
+        blk = float(coll.nbytes)
+    if kind in ("gather", "scatter", "broadcast"):
         t = (m.ppn - 1) * blk / m.proto_bw(m.intra_bw) if m.ppn > 1 else 0.0
         if n > m.ppn:
             return m.inter_lat + max(t, (n - m.ppn) * blk / m.proto_bw(min(m.path_bw, m.node_net)))
@@ -162,8 +174,9 @@ def _binomial_reduced(m: CostModel, coll: Collective) -> float:
 
 DIRECT = Algorithm("direct", {"reduce_scatter": direct_reduce_scatter, "all_gather": direct_all_gather,
                               "gather": direct_gather, "scatter": direct_scatter, "all_to_all": pairwise_all_to_all,
-                              "sendrecv": ring_shift},
-                   stepwise(_predict_direct), nccl_kinds=("all_to_all", "gather", "scatter", "sendrecv"))
+                              "sendrecv": ring_shift, "broadcast": direct_broadcast},
+                   stepwise(_predict_direct), nccl_kinds=("all_to_all", "gather", "scatter", "sendrecv"),
+                   gloo_kinds=("broadcast",))
 BINOMIAL = Algorithm("binomial", {"broadcast": binomial_broadcast, "reduce": binomial_reduce},
                      stepwise(_predict_binomial), _binomial_reduced)
 DISSEMINATION = Algorithm("dissemination", {"barrier": dissemination_barrier}, stepwise(_predict_dissemination),
