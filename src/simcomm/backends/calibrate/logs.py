@@ -1,0 +1,77 @@
+"""Calibration from nccl-tests logs: fit a preset's launch overhead and bandwidth efficiencies (per algorithm
+family the logs exercise) to measured sweeps; every other size is held back."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from ...hardware import Tuning, write_profile
+from ..compare_log import cluster_for
+from ..nccl_log import Table
+from .fit import Free, Observation, Space, fit, predict
+
+
+@dataclass
+class LogCalibration:
+    values: dict
+    train: list[Observation]
+    held: list[Observation]
+    before: list[float] = field(default_factory=list)  # predictions for held, default preset
+    after: list[float] = field(default_factory=list)
+    profile: str | None = None
+
+    def median_abs(self, after: bool = True) -> float:
+        pred = self.after if after else self.before
+        return statistics.median(abs(p / o.seconds - 1) for p, o in zip(pred, self.held))
+
+
+def table_observations(table: Table, preset: str, nodes: int | None = None, collective: str | None = None,
+                       ranks: int | None = None, algorithm: str | None = None, label: str = "") -> list[Observation]:
+    kind = collective or table.collective
+    n = ranks or table.ranks or table.inferred_ranks(kind)
+    _, nodes = cluster_for(preset, n, nodes)
+    dtype = {"float": "float32", "double": "float64", "half": "float16"}.get(table.dtype or "float", "float32")
+    return [Observation(kind, n, r.size, r.out_of_place.time_us * 1e-6, nodes, algorithm, dtype, label)
+            for r in table.rows if r.out_of_place.time_us > 0]
+
+
+def families(space: Space, obs: list[Observation]) -> list[str]:
+    """Algorithm families the observations run with on the space's cluster (what their efficiency should fit)."""
+    from ...algorithms.catalog import ALGORITHMS
+    from ...collective import simulate_collective
+    seen = set()
+    for o in obs:
+        algo = o.algorithm or simulate_collective(o.collective, o.size, cluster=space.cluster(o.ranks, o.nodes),
+                                                  ranks=o.ranks, dtype=o.dtype).algorithm
+        seen.add(ALGORITHMS[o.collective][algo].family)
+    return sorted(seen)
+
+
+def calibrate_logs(obs: list[Observation], preset: str, out: str | None = None, meta: dict | None = None,
+                   progress=None) -> LogCalibration:
+    """Fit on every other size of each sweep, report on the rest."""
+    train, held = [], []
+    by_sweep: dict[tuple, list[Observation]] = {}
+    for o in obs:
+        by_sweep.setdefault((o.label, o.collective, o.ranks, o.nodes, o.algorithm), []).append(o)
+    for sweep in by_sweep.values():
+        sweep.sort(key=lambda o: o.size)
+        train += sweep[0::2]
+        held += sweep[1::2]
+    base = Space(preset)
+    free = [Free("tuning.launch_overhead", 1e-7, 2e-4, 5e-6)]
+    free += [Free(f"tuning.efficiency.{f}", 0.3, 1.5, 1.0) for f in families(base, train)]
+    space = Space(preset, free=free)
+    values = fit(space, train, progress=progress)
+    fitted = space.with_values(values)
+    result = LogCalibration(values, train, held, predict(base, held), predict(fitted, held))
+    if out:
+        t = fitted.tuning
+        result.profile = write_profile(out, preset, tuning=Tuning(t.launch_overhead, t.step_overhead, t.efficiency,
+                                                                  ("simcomm calibrate: nccl-tests logs",)),
+                                       fit={"training_points": len(train), "held_back_points": len(held),
+                                            "median_abs_error_held_back_before": result.median_abs(False),
+                                            "median_abs_error_held_back_after": result.median_abs(True),
+                                            **(meta or {})})
+
+    return result

@@ -1,0 +1,131 @@
+"""`simcomm calibrate`: measure gloo on this host (or read nccl-tests logs), fit, write a profile, report."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ..errors import SimcommError
+
+EXIT_OK = 0
+DEFAULT_SIZES = [4096 * 4 ** k for k in range(8)]  # 4 KiB .. 64 MiB
+
+
+def _sizes(text: str | None) -> list[int]:
+    from ..units import parse_size
+    if not text:
+        return DEFAULT_SIZES
+    return [parse_size(s.strip(), "--sizes") for s in text.split(",")]
+
+
+def _measure(args) -> list[list]:
+    from ..backends import require_torch
+    from ..backends.calibrate.measure import Measurement, measure_gloo
+    if args.measurements:
+        try:
+            doc = json.loads(open(args.measurements).read())
+        except (OSError, ValueError) as exc:
+            raise SimcommError(f"cannot read measurements {args.measurements}: {exc}") from None
+        return [[Measurement(**m) for m in p["points"]] for p in doc["passes"]]
+    require_torch()
+    ranks = [int(r) for r in args.ranks.split(",")]
+    passes, record = [], []
+    for i in range(args.repeat):
+        load = os.getloadavg()[0]
+        sys.stderr.write(f"calibrate: measuring gloo, pass {i + 1} of {args.repeat} (load average {load:.2f})\n")
+        ms = measure_gloo(_sizes(args.sizes), tuple(ranks), rounds=args.rounds)
+        passes.append(ms)
+        record.append({"load_before": load, "load_after": os.getloadavg()[0], "points": [m.__dict__ for m in ms]})
+    if args.save_measurements:
+        with open(args.save_measurements, "w") as fh:
+            json.dump({"host_cores": os.cpu_count(), "passes": record}, fh, indent=1)
+    return passes
+
+
+def _report_gloo(cal, passes) -> str:
+    from ..units import format_size
+    noise = cal.noise()
+    lines = [f"calibrate: gloo on this host, {len(cal.points)} points, {len(passes)} pass(es)",
+             "fitted: " + ", ".join(f"{k.split('.')[-1]}={v:.4g}" for k, v in cal.values.items()),
+             f"median |error|   training: before {cal.median_abs(False, False) * 100:.1f}%  after "
+             f"{cal.median_abs(False) * 100:.1f}%",
+             f"median |error|  held back: before {cal.median_abs(True, False) * 100:.1f}%  after "
+             f"{cal.median_abs(True) * 100:.1f}%"]
+    if noise["median_round_spread"] is not None:
+        lines.append(f"noise: a round is a median {noise['median_round_spread'] * 100:.0f}% slower than the point's "
+                     f"fastest (max {noise['max_round_spread'] * 100:.0f}%)"
+                     + (f"; the passes' fastest rounds differ by a median {noise['median_pass_difference'] * 100:.0f}% "
+                        f"(max {noise['max_pass_difference'] * 100:.0f}%)" if noise["median_pass_difference"]
+                        is not None else ""))
+    lines.append(f"{'collective':>10} {'ranks':>5} {'size':>9} {'measured us':>12} {'per pass us':>19} "
+                 f"{'before us':>10} {'after us':>10} {'error':>7}")
+    for p in cal.points:
+        per_pass = "/".join(f"{t * 1e6:.0f}" for t in p.passes)
+        lines.append(f"{p.collective:>10} {p.ranks:5d} {format_size(p.size):>9} {p.measured * 1e6:12.1f} "
+                     f"{per_pass:>19} {p.before * 1e6:10.1f} {p.after * 1e6:10.1f} {p.error_after * 100:+6.1f}%"
+                     + ("  held back" if p.held_back else ""))
+    if cal.profile:
+        lines.append(f"wrote profile: {cal.profile} (use it as --cluster {cal.profile})")
+    return "\n".join(lines)
+
+
+def cmd_calibrate(args) -> int:
+    if args.from_log:
+        return _from_logs(args)
+    from ..backends.calibrate.gloo import calibrate_gloo
+    passes = _measure(args)
+    cal = calibrate_gloo(passes, args.out, meta={"host_cores": os.cpu_count(), "passes": len(passes)})
+    if args.json:
+        sys.stdout.write(json.dumps({"values": cal.values, "noise": cal.noise(), "profile": cal.profile,
+                                     "median_abs_error": {"training_before": cal.median_abs(False, False),
+                                                          "training_after": cal.median_abs(False),
+                                                          "held_back_before": cal.median_abs(True, False),
+                                                          "held_back_after": cal.median_abs(True)},
+                                     "points": [p.__dict__ for p in cal.points]}, indent=2) + "\n")
+    else:
+        sys.stdout.write(_report_gloo(cal, passes) + "\n")
+    return EXIT_OK
+
+
+def _from_logs(args) -> int:
+    from ..backends.calibrate.logs import calibrate_logs, table_observations
+    from ..backends.nccl_log import read_log
+    if not args.cluster:
+        raise SimcommError("--from-log needs --cluster PRESET (the machine the logs were measured on)")
+    obs = []
+    for log in args.from_log:
+        for i, t in enumerate(read_log(log)):
+            obs += table_observations(t, args.cluster, args.nodes, algorithm=args.algo, label=f"{log}#{i}")
+    cal = calibrate_logs(obs, args.cluster, args.out, meta={"logs": list(args.from_log)})
+    text = [f"calibrate: {len(obs)} measured sizes from {len(args.from_log)} log(s) on {args.cluster}",
+            "fitted: " + ", ".join(f"{k.split('.', 1)[-1]}={v:.4g}" for k, v in cal.values.items()),
+            f"median |error| held back (every other size): before {cal.median_abs(False) * 100:.1f}%  after "
+            f"{cal.median_abs(True) * 100:.1f}%"]
+    if cal.profile:
+        text.append(f"wrote profile: {cal.profile}")
+    sys.stdout.write("\n".join(text) + "\n")
+    return EXIT_OK
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("calibrate", help="fit a cluster description to measurements (gloo here, or nccl-tests logs)",
+                       description="Measures gloo on this host (ping-pong and all_reduce/all_gather/broadcast "
+                                   "sweeps over 2-4 ranks, several rounds and passes), fits the cpu-host figures "
+                                   "(loopback bandwidth and latency, the host's shared copy bandwidth, reduction "
+                                   "memory bandwidth, launch and per-step overheads, all_gather efficiency) on "
+                                   "2 and 4 ranks at every other size, and reports the error on the held-back points "
+                                   "before and after. With --from-log, fits a preset's launch overhead and "
+                                   "efficiencies to nccl-tests logs instead.")
+    c.add_argument("--out", help="write the fitted profile here (YAML or .json); use it as --cluster FILE")
+    c.add_argument("--sizes", help="comma-separated sizes (default 4K,16K,...,64M)")
+    c.add_argument("--ranks", default="2,3,4", help="world sizes to measure (default 2,3,4)")
+    c.add_argument("--rounds", type=int, default=7, help="rounds per point and pass (default 7)")
+    c.add_argument("--repeat", type=int, default=2, help="measurement passes, to report the noise (default 2)")
+    c.add_argument("--save-measurements", help="also write the raw measurements (JSON)")
+    c.add_argument("--measurements", help="fit these saved measurements instead of measuring")
+    c.add_argument("--from-log", nargs="+", metavar="LOG", help="nccl-tests logs to fit instead of measuring")
+    c.add_argument("--cluster", help="with --from-log: the preset the logs were measured on")
+    c.add_argument("--nodes", type=int, help="with --from-log: nodes of the measured run")
+    c.add_argument("--algo", help="with --from-log: the algorithm the logs forced (NCCL_ALGO)")
+    c.add_argument("--json", action="store_true", help="print the result as JSON")
+    c.set_defaults(func=cmd_calibrate)
