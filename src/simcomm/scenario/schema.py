@@ -30,6 +30,8 @@ class Overrides(Base):
     pcie_latency: Time | None = described(None, "PCIe hop latency", "time")
     loopback_bandwidth: Rate | None = described(None, "TCP loopback bandwidth per rank (cpu-host)", "rate")
     loopback_latency: Time | None = described(None, "TCP loopback latency (cpu-host)", "time")
+    host_bandwidth: Rate | None = described(None, "copy bandwidth all ranks of a host share (cpu-host with "
+                                                   "params.host_bandwidth, e.g. a calibrated profile)", "rate")
     nic_bandwidth: Rate | None = described(None, "NIC bandwidth per direction", "rate")
     nic_latency: Time | None = described(None, "NIC to switch latency", "time")
     memory_bandwidth: Rate | None = described(None, "HBM (or DRAM) bandwidth a copy sees", "rate")
@@ -55,7 +57,8 @@ class FabricOptions(Base):
 class PresetCluster(Base):
     """A named machine (see `simcomm presets`), copied `nodes` times and joined by a fabric."""
 
-    preset: str = described(doc="preset name: " + "|".join(("dgx-a100", "hgx-h100", "hgx-h200", "pcie-4gpu", "cpu-host")))
+    preset: str = described(doc="preset name: " + "|".join(("dgx-a100", "hgx-h100", "hgx-h200", "pcie-4gpu", "cpu-host"))
+                            + ", or a calibration profile file (.yaml/.json) written by simcomm calibrate")
     nodes: int = described(1, "number of nodes", ge=1, le=MAX_NODES)
     fabric: str | None = described(None, "rail-optimised | fat-tree | switch (default: the preset's)")
     ranks_per_node: int | None = described(None, "processes per node (cpu-host only)", ge=1, le=512)
@@ -65,7 +68,10 @@ class PresetCluster(Base):
     @field_validator("preset")
     @classmethod
     def _preset(cls, v: str) -> str:
-        from ..hardware import list_presets
+        from ..hardware import is_profile, list_presets, load_profile
+        if is_profile(v.strip()):
+            load_profile(v.strip())  # a clear error now if the file is missing or bad
+            return v.strip()
         key = v.strip().lower().replace("_", "-")
         if key not in list_presets():
             names = list_presets()

@@ -29,6 +29,11 @@ def real_lines(script, args=(), nproc=None) -> list[str]:
     else:
         cmd = [sys.executable, str(EXAMPLES / script), *args]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    if out.returncode and "address already in use" in out.stderr.lower():  # a port race with a parallel test
+        env["MASTER_PORT"] = str(free_port())
+        cmd = [env["MASTER_PORT"] if c == cmd[cmd.index("--master-port") + 1] else c for c in cmd] \
+            if "--master-port" in cmd else cmd
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     return _lines(out.stdout)
 
