@@ -53,5 +53,6 @@ def simulated_lines(capsys, script, args=(), nproc=1, cluster="cpu-host", **kw) 
 ])
 def test_same_output_as_real(capsys, script, args, nproc, cluster):
     sim = simulated_lines(capsys, script, args, nproc or 1, cluster)
-    assert sim == real_lines(script, args, nproc)
+    real = real_lines(script, args, nproc)
+    assert sim == real, f"simulated:\n{chr(10).join(sim)}\nreal:\n{chr(10).join(real)}"
     assert len(sim) >= 3
