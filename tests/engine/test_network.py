@@ -200,3 +200,58 @@ def test_one_bottleneck_link_is_work_conserving(flows):
         free = max(free, when) + nb / bw
     last = max(float(b["t"].finish.max()) for b in boxes)
     assert last == pytest.approx(free + lat, rel=1e-9)
+
+
+def link_bytes(link_loads) -> dict:
+    """Bytes each link carried: the integral of its recorded load."""
+    return {link: float(np.sum(r[:-1] * np.diff(t))) for link, (t, r) in link_loads.steps().items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(flow_lists, st.integers(1, 3))
+def test_link_loads_are_the_solver_rates(flows, repeats):
+    """Each link's recorded load never exceeds its capacity, ends at zero, and integrates to the wire bytes of
+    the flows that cross it, whether the rates came from a solve or from a replayed trajectory (`repeats` > 1
+    replays each batch once it has run alone, and later batches interrupt replays)."""
+    sim = new_sim(H100_2)
+    expected: dict[int, float] = {}
+    for k in range(repeats):
+        for s, d, nb, when in flows:
+            start_at(sim, k * 3e-3 + when, s, d, nb, wire_factor=1.25)
+            for link in H100_2.route(s, d).tolist():
+                expected[link] = expected.get(link, 0.0) + 1.25 * nb
+    sim.env.run()
+    loads = sim.recorder.link_loads
+    got = link_bytes(loads)
+    assert set(got) <= set(expected)
+    for link, nb in expected.items():
+        assert got.get(link, 0.0) == pytest.approx(nb, rel=1e-9, abs=1e-3)
+    for link, (t, r) in loads.steps().items():
+        assert (r <= H100_2.link_capacity[link] * (1 + 1e-9)).all() and r[-1] == 0 and (np.diff(t) > 0).all()
+
+
+def test_link_loads_of_a_replayed_batch_are_the_solved_ones():
+    """The second run of a batch is replayed (no solve); its link loads are the first run's, shifted in time."""
+    sim = new_sim(H100_2)
+    src = np.arange(16)
+    dst = (src + 1) % 16
+    starts = []
+
+    def proc():
+        for _ in range(2):
+            starts.append(sim.now)
+            yield sim.network.transfer(src, dst, [8 << 20] * 8 + [1 << 20] * 8).done
+
+    sim.env.run(sim.env.process(proc()))
+    assert sim.network.stats["closed_form"] == 1
+    for link, (t, r) in sim.recorder.link_loads.steps().items():
+        first, second = t < starts[1], t >= starts[1]
+        np.testing.assert_allclose(t[second] - starts[1], t[first] - starts[0], rtol=1e-12, atol=1e-15)
+        np.testing.assert_array_equal(r[second], r[first])
+
+
+def test_steps_detail_keeps_no_link_loads():
+    sim = Simulation(H100, detail="steps")
+    sim.network.transfer(0, 1, 1e6)
+    sim.env.run()
+    assert sim.recorder.link_loads is None and sim.network.link_loads is None

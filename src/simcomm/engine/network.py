@@ -45,6 +45,7 @@ class _Trajectory:
     offsets: np.ndarray
     seg_starts: np.ndarray
     seg_rates: np.ndarray  # (segments, flows)
+    seg_loads: np.ndarray | None = None  # (segments, links): link loads, computed when first needed
 
 
 @dataclass(eq=False)
@@ -89,6 +90,8 @@ class FlowNetwork:
         self.env = env
         self.cluster = cluster
         self.recorder = recorder
+        # Where the rates each solve (or replayed segment) assigns go, summed per link; None: not recorded.
+        self.link_loads = getattr(recorder, "link_loads", None)
         self.capacity = cluster.link_capacity
         # Active flows, in start order (a batch's flows stay contiguous and ordered).
         self._route = np.empty(0, dtype=np.int64)
@@ -212,6 +215,7 @@ class FlowNetwork:
         self._resolve_pending = False
         self._advance()
         self._solve()
+        self._note_loads()
         self._schedule_next()
 
     def _solve(self) -> None:
@@ -262,6 +266,7 @@ class FlowNetwork:
             return
         solo, self._solo = self._solo, None
         offsets = solo.trajectory.offsets
+        self._note_replayed(solo, np.inf)
         self._complete_solo(solo.transfer, solo.start + offsets, np.ones(len(offsets), dtype=bool))
 
     def _complete_solo(self, t: Transfer, bw_done: np.ndarray, which: np.ndarray) -> None:
@@ -285,6 +290,7 @@ class FlowNetwork:
         offsets, seg_starts, seg_rates = solo.trajectory.offsets, solo.trajectory.seg_starts, solo.trajectory.seg_rates
         self._generation += 1
         elapsed = self.env.now - start
+        self._note_replayed(solo, elapsed)
         done = offsets <= elapsed * (1 + 1e-12)
         if done.any():
             self._complete_solo(t, start + offsets, done)
@@ -293,6 +299,7 @@ class FlowNetwork:
         sent = spans @ seg_rates
         live = ~done
         if not live.any():
+            self._note_loads()
             return  # it finished at this very instant
         bid = self._next_bid
         self._next_bid += 1
@@ -303,6 +310,36 @@ class FlowNetwork:
         self._weight, self._bid = t.weight[live], np.full(int(live.sum()), bid)
         self._index = np.flatnonzero(live)
         self._updated = self.env.now
+        self._note_loads()
+
+    # ---- link loads, for reports (only with a recorder that keeps them) -----------------------------------
+    def _loads(self, route: np.ndarray, rate: np.ndarray) -> np.ndarray:
+        """Bytes/s on every link of flows on routes `route` at `rate` each."""
+        lengths, starts, links = self.cluster.route_csr()
+        n = lengths[route]
+        offsets = np.repeat(starts[route] - (np.cumsum(n) - n), n)
+        return np.bincount(links[np.arange(int(n.sum())) + offsets], weights=np.repeat(rate, n),
+                           minlength=len(self.capacity))
+
+    def _note_loads(self) -> None:
+        """Record the live flows' link loads from now on."""
+        if self.link_loads is not None:
+            self.link_loads.set(self.env.now, self._loads(self._route, self._rate * self._weight))
+
+    def _note_replayed(self, solo: _Replay, upto: float) -> None:
+        """Record a replayed batch's link loads: its segments that began before `upto` (seconds after its start);
+        run to the end (upto = inf), the loads drop to zero when its last byte is sent."""
+        if self.link_loads is None:
+            return
+        tr, t = solo.trajectory, solo.transfer
+        if tr.seg_loads is None:
+            tr.seg_loads = np.vstack([self._loads(t.route, rates * t.weight) for rates in tr.seg_rates])
+        for begin, load in zip(tr.seg_starts.tolist(), tr.seg_loads):
+            if begin >= upto:
+                break
+            self.link_loads.set(solo.start + begin, load)
+        if upto == np.inf:
+            self.link_loads.set(solo.start + float(tr.offsets.max()), np.zeros(len(self.capacity)))
 
     def _schedule_next(self) -> None:
         self._generation += 1
@@ -329,6 +366,7 @@ class FlowNetwork:
             arr = getattr(self, name)
             setattr(self, name, arr[:0] if not keep.any() else arr[keep])
         self._solve()
+        self._note_loads()
         self._schedule_next()
 
     def _finish(self, done: np.ndarray) -> None:

@@ -1,7 +1,8 @@
 """The timeline of a simulation: every flow, memory operation, compute span and collective, with its times.
 
 Rows are kept as numpy chunks (one per batch) so recording costs little per flow; `detail="steps"` keeps only
-spans and collectives for very large runs. Each record carries structured tags (e.g. collective, algorithm,
+spans and collectives for very large runs. With "flows" detail the recorder also keeps each link's load (bytes/s
+on the wire, as the max-min solver assigned it) as a step function: only the links whose load changed, per change. Each record carries structured tags (e.g. collective, algorithm,
 protocol, stage, microbatch, layer, phase, axis) that reports read directly; `label` is text for people.
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Recorder:
         self._flows: list[tuple] = []
         self._spans: list[tuple] = []
         self._ops: list[tuple] = []
+        self.link_loads = LinkLoads(len(cluster.link_capacity)) if detail == "flows" else None
 
     def flows(self, transfer) -> None:
         if self.detail == "flows":
@@ -77,3 +79,43 @@ class Recorder:
             out.append(Activity(rank, kind, start, end, nbytes, label, peer, tags=tags))
         out.sort(key=lambda a: (a.start, a.rank, a.kind, a.end, a.peer, a.label))
         return out
+
+
+class LinkLoads:
+    """Every link's load over time as step functions, fed by the flow engine whenever the rates change.
+
+    Stored compactly: per change instant, the links whose load changed and their new loads (bytes/s, wire bytes).
+    A load holds until the link's next change; several changes at one instant keep the last.
+    """
+
+    def __init__(self, num_links: int):
+        self._last = np.zeros(num_links)
+        self._times: list[float] = []
+        self._links: list[np.ndarray] = []
+        self._loads: list[np.ndarray] = []
+
+    def set(self, time: float, load: np.ndarray) -> None:
+        """Every link's load from `time` on (a dense vector, one entry per link)."""
+        changed = np.flatnonzero(load != self._last)
+        if len(changed):
+            self._times.append(time)
+            self._links.append(changed)
+            self._loads.append(load[changed])
+            self._last = load
+
+    def steps(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """link -> (change times, load from each time to the next), for every link that ever carried load."""
+        if not self._times:
+            return {}
+        counts = [len(x) for x in self._links]
+        times = np.repeat(np.asarray(self._times), counts)
+        links = np.concatenate(self._links)
+        loads = np.concatenate(self._loads)
+        order = np.argsort(links, kind="stable")  # changes were appended in time order
+        times, links, loads = times[order], links[order], loads[order]
+        # one value per (link, instant): the last
+        last = np.append((links[1:] != links[:-1]) | (times[1:] != times[:-1]), True)
+        times, links, loads = times[last], links[last], loads[last]
+        bounds = np.flatnonzero(np.diff(links)) + 1
+        return {int(ls[0]): (t, r) for t, ls, r in zip(np.split(times, bounds), np.split(links, bounds),
+                                                       np.split(loads, bounds))}

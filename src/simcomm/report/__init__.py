@@ -20,6 +20,7 @@ def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), ra
     if trace_file or plots:
         out.mkdir(parents=True, exist_ok=True)
     timeline = result.timeline if (trace_file or rank_traces or set(plots) & {"timeline", "links"}) else []
+    loads = result.simulation.recorder.link_loads if result.simulation is not None else None
     if rank_traces:
         from .kineto import write_rank_traces
         write_rank_traces(timeline, result.cluster, out / rank_traces)
@@ -28,7 +29,8 @@ def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), ra
         from .perfetto import chrome_trace
         path = out / trace_file
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(chrome_trace(timeline, result.cluster, title=result.name), separators=(",", ":")))
+        path.write_text(json.dumps(chrome_trace(timeline, result.cluster, title=result.name,
+                                               link_loads=loads), separators=(",", ":")))
         written["trace"] = str(path)
     if plots:
         from . import plots as p
@@ -39,7 +41,8 @@ def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), ra
             elif name == "timeline":
                 p.plot_timeline(timeline, result.cluster, path, f"{result.name}: timeline")
             else:
-                p.plot_links(timeline, result.cluster, path, f"{result.name}: link utilisation")
+                span = (min((a.start for a in timeline), default=0.0), max((a.end for a in timeline), default=0.0))
+                p.plot_links(loads, result.cluster, path, f"{result.name}: link utilisation", span=span)
             written[name] = str(path)
     if json_file:
         path = out / json_file

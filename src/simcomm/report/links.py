@@ -1,7 +1,9 @@
-"""Link usage from a timeline: bytes per link and a piecewise-constant rate over time.
+"""Link usage from the rates the flow engine assigned: each link's load over time as a step function.
 
-A flow's rate is taken as its bytes over its lifetime (start to arrival), so a flow slowed by sharing shows its
-average rate; sums over the flows on a link give the link's load.
+The loads come from the recorder (`Recorder.link_loads`, kept with "flows" detail): every max-min solve, and every
+segment of a replayed trajectory, sets the load of the links it changed. So a link's load never exceeds its
+capacity, and a link shared by several flows shows their sum as the solver split it. Loads are wire bytes (a
+protocol's flag bytes included).
 """
 from __future__ import annotations
 
@@ -15,36 +17,32 @@ class LinkUsage:
     link: int
     name: str
     capacity: float  # bytes/s
-    nbytes: float  # bytes carried
+    nbytes: float  # wire bytes carried
     times: np.ndarray  # change points, seconds
-    rates: np.ndarray  # bytes/s from times[i] to times[i+1]
+    rates: np.ndarray  # bytes/s from times[i] to times[i+1] (and 0 after the last)
 
     def utilisation(self, span: float) -> float:
         """Average fraction of capacity used over `span` seconds."""
         return self.nbytes / (self.capacity * span) if span > 0 and self.capacity > 0 else 0.0
 
+    @property
+    def peak(self) -> float:
+        """The highest fraction of capacity the link ever ran at."""
+        return float(self.rates.max()) / self.capacity if len(self.rates) and self.capacity > 0 else 0.0
 
-def link_usage(activities, cluster) -> list[LinkUsage]:
-    """Every link that carried a flow, most utilised first (bytes over capacity; ties by link id), so a slow
-    bottleneck link ranks above a fast link that carried more bytes."""
-    changes: dict[int, list] = {}
-    carried: dict[int, float] = {}
-    for a in activities:
-        if a.kind != "send" or not a.links or a.end <= a.start:
-            continue
-        rate = a.nbytes / (a.end - a.start)
-        for link in a.links:
-            changes.setdefault(link, []).extend(((a.start, rate), (a.end, -rate)))
-            carried[link] = carried.get(link, 0.0) + a.nbytes
+
+def link_usage(link_loads, cluster) -> list[LinkUsage]:
+    """Every link that carried load, most utilised first (bytes over capacity; ties by link id), so a slow
+    bottleneck link ranks above a fast link that carried more bytes. `link_loads` is a Recorder's (None when the
+    run kept only steps: then there is nothing to show)."""
+    if link_loads is None:
+        return []
     out = []
-    for link, ch in changes.items():
-        ch.sort()
-        t = np.array([c[0] for c in ch])
-        r = np.cumsum([c[1] for c in ch])
-        keep = np.append(t[1:] != t[:-1], True)  # one value per instant: the last
-        r = np.clip(r[keep], 0.0, None)
-        out.append(LinkUsage(link, cluster.link_name(link), float(cluster.link_capacity[link]), carried[link],
-                             t[keep], r))
+    for link, (t, r) in link_loads.steps().items():
+        carried = float(np.sum(r[:-1] * np.diff(t)))
+        if carried <= 0:
+            continue
+        out.append(LinkUsage(link, cluster.link_name(link), float(cluster.link_capacity[link]), carried, t, r))
     out.sort(key=lambda u: (-(u.nbytes / u.capacity if u.capacity > 0 else 0.0), u.link))
     return out
 

@@ -97,8 +97,9 @@ def _collective_args(a, info: dict, groups: dict) -> dict:
 
 
 def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int = 400_000,
-                 links: bool = True) -> dict:
-    """The trace as a dict ready for json.dump."""
+                 link_loads=None) -> dict:
+    """The trace as a dict ready for json.dump; with `link_loads` (a Recorder's), counter tracks of the most
+    utilised links' loads as the flow engine assigned them."""
     acts = list(activities)
     gloo = cluster.device.kind == "cpu"  # CPU processes: gloo ops on the host, as PyTorch names them
     tracks_named = {**_TRACKS, "collective": "gloo collectives", "hbm": "memory"} if gloo else _TRACKS
@@ -162,7 +163,7 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
     for (pid, tid), label in sorted(names.items()):
         meta += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}},
                  {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
-    counters = _link_counters(acts, cluster) if links else []
+    counters = _link_counters(link_loads, cluster)
     if counters:
         meta += [{"name": "process_name", "ph": "M", "pid": LINKS_PID, "tid": 0, "args": {"name": "links (GB/s)"}},
                  {"name": "process_sort_index", "ph": "M", "pid": LINKS_PID, "tid": 0,
@@ -183,10 +184,12 @@ def _flow_end(fid: int, pid: int, tid: int, start_ns: int, end_ns: int, arriving
     return {**ev, "ph": "f", "bp": "e"} if arriving else {**ev, "ph": "s"}
 
 
-def _link_counters(acts, cluster, max_links: int = 64) -> list[dict]:
+def _link_counters(link_loads, cluster, max_links: int = 64) -> list[dict]:
+    """A counter track per link (the `max_links` most utilised), named "#NN link" so that viewers, which sort
+    counter tracks by name, list them most utilised first."""
     events = []
-    for u in link_usage(acts, cluster)[:max_links]:
-        name = u.name
+    for i, u in enumerate(link_usage(link_loads, cluster)[:max_links], 1):
+        name = f"#{i:02d} {u.name}"
         for t, r in zip(u.times.tolist(), u.rates.tolist()):
             events.append({"name": name, "ph": "C", "pid": LINKS_PID, "tid": 0, "ts": _us(_ns(t)),
                            "args": {"GB/s": round(r / 1e9, 6)}})

@@ -79,33 +79,43 @@ def plot_timeline(activities, cluster, path, title: str = "", max_ranks: int = 3
     return _save(fig, plt, path)
 
 
-def plot_links(activities, cluster, path, title: str = "", top: int = 8) -> Path:
-    """Utilisation over time of the busiest links, and the average utilisation of the top 24."""
+def plot_links(link_loads, cluster, path, title: str = "", top: int = 8, span: tuple[float, float] | None = None):
+    """Utilisation over time of the most utilised links, and the average utilisation of the top 24, from the loads
+    the flow engine assigned (`Recorder.link_loads`; None when the run kept only steps). `span` is the time axis
+    (start, end) in seconds; by default, from the first to the last change of load."""
     plt = _pyplot()
-    usage = link_usage(activities, cluster)
-    span = max((a.end for a in activities), default=0.0) - min((a.start for a in activities), default=0.0)
+    usage = link_usage(link_loads, cluster)
+    if span is None:
+        span = (min((float(u.times[0]) for u in usage), default=0.0),
+                max((float(u.times[-1]) for u in usage), default=0.0))
+    t0, length = span[0], span[1] - span[0]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), dpi=100)
-    t0 = min((a.start for a in activities), default=0.0)
     for u in usage[:top]:
-        edges, rates = binned(u, t0, t0 + span)
-        ax1.stairs(100 * rates / u.capacity, edges * 1e6, label=u.name, linewidth=0.8)
+        edges, rates = binned(u, t0, t0 + length)
+        ax1.stairs(100 * rates / u.capacity, edges * 1e6, label=f"{u.name} (peak {100 * u.peak:.1f}%)",
+                   linewidth=0.8)
     ax1.set_xlabel("time (us)")
     ax1.set_ylabel("utilisation (%)")
     ax1.set_title(title or f"link utilisation ({cluster.name})")
     if usage:
         ax1.legend(fontsize=6, loc="upper right")
+    else:
+        why = "no link carried data" if link_loads is not None else \
+            "link loads are recorded with detail 'flows' (run with --detail flows)"
+        ax1.text(0.5, 0.5, why, ha="center", va="center", transform=ax1.transAxes)
     bars = usage[:24]
-    ax2.barh([u.name for u in bars], [100 * u.utilisation(span) for u in bars], color="#4c72b0")
+    ax2.barh([u.name for u in bars], [100 * u.utilisation(length) for u in bars], color="#4c72b0")
     ax2.invert_yaxis()
     ax2.tick_params(axis="y", labelsize=6)
     ax2.set_xlabel("average utilisation over the run (%)")
-    return _save(fig, plt, path)
+    shown = "; ".join(f"{u.name} {100 * u.utilisation(length):.1f}%" for u in usage[:top])
+    return _save(fig, plt, path, {"Description": f"links, most utilised first: {shown}"})
 
 
-def _save(fig, plt, path) -> Path:
+def _save(fig, plt, path, text: dict | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, format="png", metadata={"Software": None})
+    fig.savefig(path, format="png", metadata={"Software": None, **(text or {})})
     plt.close(fig)
     return path
