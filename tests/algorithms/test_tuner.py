@@ -200,3 +200,21 @@ def test_every_chosen_all_reduce_agrees_with_its_prediction_within_2x(name, node
         proc, _, ch = run_collective(sim, coll("all_reduce", n, 1 << e), None)
         sim.env.run(proc)
         assert 0.5 <= sim.now / ch.predicted <= 2, (1 << e, ch, sim.now)
+
+
+@pytest.mark.parametrize("preset, nodes, size", [("hgx-h100", 1, 4 * KIB), ("hgx-h100", 2, 64 * MIB),
+                                                 ("dgx-a100", 2, GIB), ("cpu-host", 1, MIB)])
+def test_the_choice_keeps_what_the_tuner_weighed(preset, nodes, size):
+    """Reports explain `auto` from Choice.weighed: every candidate x protocol with a finite prediction, fastest
+    first, the choice first of all."""
+    c = build_cluster(preset, nodes=nodes)
+    x = coll("all_reduce", c.num_ranks, size)
+    choice = choose(c, x)
+    protos = ["Simple"] if c.device.kind == "cpu" else list(PROTOCOLS)
+    expected = {(a, p) for a in candidates(c, x) for p in protos if math.isfinite(predict(c, x, a, p))}
+    assert {(a, p) for a, p, _ in choice.weighed} == expected and len(choice.weighed) == len(expected)
+    assert choice.weighed[0] == (choice.algorithm, choice.protocol, choice.predicted)
+    times = [t for _, _, t in choice.weighed]
+    assert times == sorted(times)
+    for a, p, t in choice.weighed:
+        assert t == predict(c, x, a, p)

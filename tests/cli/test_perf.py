@@ -250,3 +250,24 @@ def test_f_1_1_does_not_hang_from_the_command_line():
     proc = subprocess.run([sys.executable, "-m", "simcomm", "perf", "-b", "8", "-e", "64", "-f", "1.1"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2 and "does not grow" in proc.stderr
+
+
+def test_auto_is_explained_in_comments_and_in_dash_j(capsys, tmp_path):
+    """Why the tuner chose each row: the predicted time of every (algorithm, protocol) it weighed."""
+    code, out, _ = run(capsys, "perf", "-b", "1M", "-e", "1G", "-f", "32", "-g", "16", "-J", str(tmp_path / "r.json"))
+    lines = comments(out)
+    head = lines.index("# simcomm: the tuner's predicted times (why it chose what it did; the simulated times are in "
+                       "the table):")
+    headers = lines[head + 1].split()[2:]
+    assert headers[0] == "size" and "ring/Simple" in headers and "tree/LL128" in headers
+    table = rows(out)
+    for line, row in zip(lines[head + 2:head + 5], table):
+        cells = line.split()[2:]
+        assert cells[0] + " " + cells[1] in ("1 MiB", "32 MiB", "1 GiB")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    for result in doc["results"]:
+        predicted = result["simcomm"]["tuner_predicted_us"]
+        chosen = f"{result['simcomm']['algorithm']}/{result['simcomm']['protocol']}"
+        assert min(predicted.values()) == predicted[chosen] and len(predicted) >= 6
+    code, out, _ = run(capsys, "perf", "-b", "1M", "-e", "1M", "-g", "16", "--algo", "ring")
+    assert code == 0 and not any("predicted times" in c for c in comments(out))  # forced: nothing to explain

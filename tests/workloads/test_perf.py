@@ -68,3 +68,30 @@ def test_all_skips_what_cannot_run_here():
 
 def test_sizes_between_matches_nccl_tests():
     assert len(sizes_between(8, 8 << 30, 2)) == 31
+
+
+def test_report_and_json_explain_the_tuners_choice():
+    from simcomm.scenario import load_text
+    from simcomm.report import result_json
+    from simcomm.workloads import report_blocks, run_scenario
+    text = ("cluster: {preset: hgx-h100, nodes: 2}\nworkload: {kind: perf, collectives: [all_reduce], "
+            "sizes: [4KiB, 1GiB], algorithms: [auto, ring]}\n")
+    result = run_scenario(load_text(text, "t.yaml"))
+    why = [b for b in report_blocks(result) if not isinstance(b, str) and b[0].startswith("why the tuner")]
+    assert len(why) == 1  # the auto series only; a forced algorithm needs no explanation
+    title, headers, table = why[0]
+    auto = [r for r in result.rows if r.requested == "auto"]
+    assert [row[0] for row in table] == ["4 KiB", "1 GiB"]
+    for row, r in zip(table, auto):
+        chosen = f"{r.algorithm}/{r.protocol}"
+        assert row[-2] == chosen
+        times = dict(zip(headers[1:-2], row[1:-2]))
+        assert times[f"{chosen} (us)"] == pytest.approx(r.predicted * 1e6)
+        assert min(t for t in times.values() if t is not None) == times[f"{chosen} (us)"]
+        runner, slower = row[-1].split(" +")
+        assert times[f"{runner} (us)"] == pytest.approx(r.predicted * 1e6 * (1 + float(slower[:-1]) / 100), rel=1e-3)
+    assert {"tree/LL128 (us)", "ring/Simple (us)"} <= set(headers)
+    doc = result_json(result)
+    assert [(t["size"], t["algorithm"]) for t in doc["tuner"]] == [(r.size, r.algorithm) for r in auto]
+    assert doc["tuner"][1]["weighed"][0]["predicted"] == auto[1].predicted
+    assert all("weighed" not in row for row in doc["rows"])  # rows keep nccl-tests' figures only

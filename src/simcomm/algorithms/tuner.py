@@ -1,4 +1,4 @@
-"""Picks algorithm and protocol by predicted time, the way NCCL's model does (src/graph/tuning.cc).
+"""Picks algorithm and protocol by predicted time, the way NCCL's tuner does (docs/model.md says what it follows).
 
 time = the algorithm's own prediction (algorithms/<name>.py: NCCL's formulas for ring, tree and NVLS, alpha-beta
 step models for the rest, all fed by the cluster's figures through cost.CostModel), plus the reductions a device
@@ -8,7 +8,8 @@ read twice and written once at memory speed; NCCL fuses them: nothing). Protocol
 
 choose() chooses like NCCL: among the algorithms NCCL's tuner weighs for the collective (gloo's ring for
 all_reduce on CPU ranks), minus those that cannot run the group here. Any algorithm can be forced by name
-(NCCL_ALGO-style); forcing one that cannot run is an AlgorithmError that says why.
+(NCCL_ALGO-style); forcing one that cannot run is an AlgorithmError that says why. The Choice keeps every
+(algorithm, protocol, predicted time) it weighed, so reports can say why it chose what it did.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Choice:
     algorithm: str
     protocol: str
     predicted: float | None = None  # seconds, from the tuner's model, when the tuner chose
+    weighed: tuple[tuple[str, str, float], ...] = ()  # (algorithm, protocol, predicted seconds), fastest first
 
 
 def _placed(cluster, coll: Collective) -> Collective:
@@ -83,13 +85,15 @@ def choose(cluster, coll: Collective, algorithm: str | None = None, protocol: st
             raise AlgorithmError(f"no algorithm can run this {coll.kind} on {cluster.name}")
     cpu = cluster.device.kind == "cpu"
     protos = [protocol or "Simple"] if cpu else ([protocol] if protocol else list(PROTOCOLS))
-    best = None
+    best, weighed = None, []
     for a in algos:
         for p in protos:
             t = predict(cluster, coll, a, p)
-            if math.isfinite(t) and (best is None or t < best.predicted):
-                best = Choice(a, p, t)
+            if math.isfinite(t):
+                weighed.append((a, p, t))
+                if best is None or t < best.predicted:
+                    best = Choice(a, p, t)
     if best is None:
         raise AlgorithmError(f"algorithm {algos[0]!r} does not support protocol {protos[0]!r}"
                              + ("; nvls runs only with Simple" if algos == ["nvls"] else ""))
-    return best
+    return Choice(best.algorithm, best.protocol, best.predicted, tuple(sorted(weighed, key=lambda w: w[2])))

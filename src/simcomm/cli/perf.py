@@ -286,9 +286,9 @@ def _sizes(args) -> tuple[list[int], int, int, float | None, int]:
 
 # ---- running -----------------------------------------------------------------------------------------------------
 def cmd_perf(args) -> int:
-    from ..report.nccl_tests import Header, nccl_json, nccl_output, tuner_summary
+    from ..report.nccl_tests import Header, nccl_json, nccl_output, tuner_comments, tuner_summary
     from ..session import Session
-    from ..workloads.perf import expand_algorithms, run_perf
+    from ..workloads.perf import expand_algorithms, run_perf, tuner_json
     launch = args.launch or from_environment()
     env = {**{k: v for k, v in os.environ.items() if k.startswith("NCCL_")}, **(launch.env if launch else {})}
     kind = _collective(args.collective)
@@ -333,7 +333,7 @@ def cmd_perf(args) -> int:
                                          algorithms=[one or "auto"], protocol=proto, progress=tick)
             all_rows += rows
             comments = [f"{kind} on {cluster.name}: algorithm {one or 'auto (the tuner)'}, protocol "
-                        f"{proto or 'auto'}; chose {tuner_summary(rows)}"]
+                        f"{proto or 'auto'}; chose {tuner_summary(rows)}"] + tuner_comments(rows[:len(sizes)])
             tables.append((comments, rows * cycles))
     header = Header(f"{kind.replace('all_to_all', 'alltoall')}_perf", counts.threads, counts.gpus, begin, end,
                     factor, step)
@@ -346,7 +346,7 @@ def cmd_perf(args) -> int:
     if args.json:
         doc = {"collective": kind, "cluster": cluster.name, "ranks": n, "dtype": dtypes[0], "op": ops[0],
                "units": {"size": "bytes", "time": "seconds", "algbw": "bytes/s", "busbw": "bytes/s"},
-               "rows": [r.as_dict() for r in all_rows]}
+               "rows": [r.as_dict() for r in all_rows], "tuner": tuner_json(all_rows)}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
     sys.stdout.write(nccl_output(tables, cluster, n, header))

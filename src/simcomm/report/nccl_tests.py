@@ -136,9 +136,50 @@ def tuner_summary(rows) -> str:
                      for a, b, p in spans)
 
 
+def tuner_predictions(rows) -> tuple[list[str], list[list]]:
+    """Why the tuner chose what it did: per size, the predicted time (us) of every (algorithm, protocol) it
+    weighed, the choice, and the runner-up with how much slower the tuner predicted it. Rows the tuner did not
+    choose (a forced algorithm) are left out. Returns (headers, table rows)."""
+    from ..units import format_size
+    rows = [r for r in rows if getattr(r, "weighed", ())]
+    pairs: list[str] = []
+    for r in rows:
+        for a, p, _ in sorted(r.weighed):
+            if f"{a}/{p}" not in pairs:
+                pairs.append(f"{a}/{p}")
+    table = []
+    for r in rows:
+        times = {f"{a}/{p}": t for a, p, t in r.weighed}
+        best = r.weighed[0]
+        second = r.weighed[1] if len(r.weighed) > 1 else None
+        runner = f"{second[0]}/{second[1]} +{100 * (second[2] / best[2] - 1):.1f}%" if second and best[2] > 0 \
+            else "-"
+        table.append([format_size(r.size)] + [times[k] * 1e6 if k in times else None for k in pairs]
+                     + [f"{best[0]}/{best[1]}", runner])
+    return ["size"] + [f"{k} (us)" for k in pairs] + ["chosen", "runner-up"], table
+
+
+def tuner_comments(rows) -> list[str]:
+    """tuner_predictions as fixed-width comment lines for nccl-tests' output (empty when nothing was tuned)."""
+    headers, table = tuner_predictions(rows)
+    if not table:
+        return []
+    cells = [[("-" if v is None else f"{v:.2f}") if not isinstance(v, str) else v for v in row] for row in table]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    fmt = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+    return ["the tuner's predicted times (why it chose what it did; the simulated times are in the table):",
+            fmt(headers)] + [fmt(c) for c in cells]
+
+
 # ---- -J JSON -----------------------------------------------------------------------------------------------------
 def _figures(r) -> dict:
     return {"time": r.time * 1e6, "algbw": r.algbw / 1e9, "busbw": r.busbw / 1e9, "wrong": "N/A"}
+
+
+def _weighed(r) -> dict:
+    """What the tuner predicted (us) for each (algorithm, protocol) it weighed, fastest first."""
+    weighed = getattr(r, "weighed", ())
+    return {"tuner_predicted_us": {f"{a}/{p}": t * 1e6 for a, p, t in weighed}} if weighed else {}
 
 
 def nccl_json(tables, cluster, ranks: int, h: Header) -> dict:
@@ -155,7 +196,7 @@ def nccl_json(tables, cluster, ranks: int, h: Header) -> dict:
                             "redop": r.redop, "root": r.root_column, "out_of_place": _figures(r),
                             "in_place": _figures(r),
                             "simcomm": {"requested": r.requested, "algorithm": r.algorithm,
-                                        "protocol": r.protocol}})
+                                        "protocol": r.protocol, **_weighed(r)}})
     return {"nccl_tests_version": NCCL_TESTS_VERSION, "generator": f"simcomm {__version__}", "test": h.test,
             "config": {"nThread": h.threads, "nGpus": h.gpus, "nProcs": ranks // per_process, "nRanks": ranks,
                        "minBytes": h.minbytes, "maxBytes": h.maxbytes,

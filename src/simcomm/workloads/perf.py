@@ -5,7 +5,7 @@ Sizes follow nccl-tests: S is count*typesize for all_reduce, broadcast, reduce a
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Literal, Union
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
@@ -15,6 +15,7 @@ from ..collective import make_collective, sizes_between
 from ..errors import AlgorithmError, SimcommError
 from ..fields import MAX_RANKS, Base, CollectiveName, DType, Op, Size, described
 from ..session import Session
+from ..report.nccl_tests import tuner_predictions
 from ..units import format_size
 from ..vocab import COLLECTIVES, DTYPES, OPS, REDUCING, ROOTED, Bandwidth, numpy_dtype
 from .base import RunResult, Workload, forced_algorithm, resolve_detail
@@ -92,6 +93,8 @@ class PerfRow(Bandwidth):
     algorithm: str
     protocol: str
     predicted: float | None = None
+    # what the tuner weighed, (algorithm, protocol, predicted seconds) fastest first; () for a forced algorithm
+    weighed: tuple = field(default=(), repr=False)
 
     @property
     def redop(self) -> str:
@@ -103,7 +106,18 @@ class PerfRow(Bandwidth):
         return self.root if self.collective in ROOTED else -1
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"algbw": self.algbw, "busbw": self.busbw}
+        """nccl-tests' figures and the choice (what the tuner weighed is in tuner_json)."""
+        d = asdict(self)
+        del d["weighed"]
+        return d | {"algbw": self.algbw, "busbw": self.busbw}
+
+
+def tuner_json(rows) -> list[dict]:
+    """Per tuned row: the collective, size, choice and every (algorithm, protocol) the tuner weighed with its
+    predicted seconds, fastest first."""
+    return [{"collective": r.collective, "size": r.size, "algorithm": r.algorithm, "protocol": r.protocol,
+             "weighed": [{"algorithm": a, "protocol": p, "predicted": t} for a, p, t in r.weighed]}
+            for r in rows if r.weighed]
 
 
 def expand_algorithms(requested, kind: str, explicit: set | None = None) -> list[str | None]:
@@ -156,7 +170,8 @@ def run_perf(session: Session, collectives, sizes, *, ranks: int | None = None, 
                     session.run(ran)
                     time = ran.record.time
                 rows.append(PerfRow(kind, algo or "auto", coll.nbytes, coll.nbytes // coll.itemsize, dtype, op,
-                                    root, n, time, choice.algorithm, choice.protocol, choice.predicted))
+                                    root, n, time, choice.algorithm, choice.protocol, choice.predicted,
+                                    choice.weighed if algo is None else ()))
                 if progress:
                     progress()
     return rows
@@ -216,6 +231,8 @@ class PerfWorkload(Workload):
             result.rows += run_perf(session, [kind], sizes, ranks=n, dtype=spec.dtype, op=spec.op, root=spec.root,
                                     algorithms=per_kind[kind], protocol=scenario.model.protocol, progress=tick,
                                     notes=result.notes)
+        if any(r.weighed for r in result.rows):
+            result.details["tuner"] = tuner_json(result.rows)
         return result
 
     def _by_series(self, rows) -> dict:
@@ -242,6 +259,10 @@ class PerfWorkload(Workload):
                            f"{peak.busbw / 1e9:.2f} GB/s at {format_size(peak.size)}",
                            ["size", "count", "type", "redop", "root", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                             "algorithm", "protocol"], table))
+            headers, why = tuner_predictions(rows)
+            if why:
+                blocks.append((f"why the tuner chose it: {kind}'s predicted times (the simulated times are above)",
+                               headers, why))
         return blocks
 
 
