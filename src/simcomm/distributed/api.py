@@ -218,11 +218,12 @@ def _p2p(kind: str, tensor, peer, g, tag, group_peer):
     tag = as_rank(tag, "tag")
     arg = tensor_arg(tensor, kind, output=kind == "recv")
     matcher = rt.services["p2p"]
+    tags = rt.tags.get(me)
     if kind == "send":
-        event = matcher.post_send(me, target, tag, arg)
+        event = matcher.post_send(me, target, tag, arg, tags, rt.device_busy(me))
         what = f"send(dst={target}{f', tag={tag}' if tag else ''}, {arg.nbytes} B)"
     else:
-        event = matcher.post_recv(me, target, tag, arg)
+        event = matcher.post_recv(me, target, tag, arg, tags)
         what = f"recv(src={'any' if target is None else target}{f', tag={tag}' if tag else ''})"
     return rt, me, event, what
 

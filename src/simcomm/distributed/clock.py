@@ -1,9 +1,17 @@
-"""Simulated time for rank programs: `from simcomm import clock as time` makes time.sleep/time.time simulated."""
+"""Simulated time for rank programs: `from simcomm import clock as time` makes time.sleep/time.time simulated.
+
+Also where a rank program labels its work: `with clock.tagged(stage=1, microbatch=3, phase="forward"):` adds
+structured tags to every compute span, point-to-point transfer and collective the rank starts inside the block
+(a collective keeps the tags on which all its members agree), so traces and reports can group by them.
+"""
 from __future__ import annotations
 
 import math
 import numbers
+from contextlib import contextmanager
+from typing import Mapping
 
+from ..engine import NO_TAGS
 from ..errors import DistError
 from .runtime import current
 
@@ -24,8 +32,43 @@ def sleep(seconds: float) -> None:
     rt.wait(me, rt.env.timeout(float(seconds)), f"sleep({seconds:g} s)")
 
 
-def compute(flops: float = 0.0, seconds: float = 0.0, label: str = "compute") -> None:
-    """Occupy this rank's device with work: `flops` at the device's rate, plus `seconds` of fixed time."""
+def current_tags() -> Mapping:
+    """The tags the calling rank's operations carry now (set by `tagged`)."""
     rt, me = current()
-    done = rt.services["session"].compute([me], flops, seconds, label=label)
-    rt.wait(me, done, f"{label}({flops:g} flop)")
+    return rt.tags.get(me, NO_TAGS)
+
+
+@contextmanager
+def tagged(**tags):
+    """Tag every operation the calling rank starts inside the block (nested blocks add to the outer tags)."""
+    rt, me = current()
+    outer = rt.tags.get(me, NO_TAGS)
+    rt.tags[me] = {**outer, **tags}
+    try:
+        yield
+    finally:
+        rt.tags[me] = outer
+
+
+def compute(flops: float = 0.0, seconds: float = 0.0, label: str = "compute", tags: Mapping | None = None,
+            wait: bool = True) -> None:
+    """Occupy this rank's device with work: `flops` at the device's rate, plus `seconds` of fixed time. The span
+    carries the rank's current tags plus `tags`.
+
+    wait=False queues the work as a GPU stream does (the program goes on at once): the rank's later compute runs
+    after it, and every collective or send the rank starts waits for it, as NCCL kernels wait on the compute
+    stream. `synchronize()` waits for it (torch.cuda.synchronize)."""
+    rt, me = current()
+    all_tags = {**rt.tags.get(me, NO_TAGS), **(tags or {})}
+    done = rt.services["session"].compute([me], flops, seconds, label=label, tags=all_tags)
+    if wait:
+        rt.wait(me, done, f"{label}({flops:g} flop)")
+    else:
+        rt.queued[me] = done
+
+
+def synchronize() -> None:
+    """Wait until the compute this rank queued (clock.compute(wait=False)) has run."""
+    rt, me = current()
+    for op in rt.device_busy(me):
+        rt.wait(me, op, "synchronize (queued compute)")

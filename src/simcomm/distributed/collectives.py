@@ -28,7 +28,8 @@ def _start(kind: str, group, signature: dict, payload, runner, async_op: bool, o
         warnings.warn(f"Running {kind} on global rank {me} which does not belong to the given group.",
                       stacklevel=3)
         return None
-    done, describe = rt.services["collectives"].arrive(me, g, kind, signature, payload, runner)
+    done, describe = rt.services["collectives"].arrive(me, g, kind, signature, payload, runner,
+                                                       tags=rt.tags.get(me))
     if async_op:
         return Work(rt, me, done, describe, outputs)
     rt.wait(me, done, describe)
@@ -41,10 +42,12 @@ def _launch(kind: str, group, count: int, dtype, rows, finish, op=ReduceOp.SUM, 
     fires done."""
     rt, _ = current()
     session = rt.services["session"]
+    tags = {**rt.services.get("launch_tags", {}), "group": group.name}
+    busy = [op for r in group.ranks for op in rt.device_busy(r)]  # members' queued compute runs first
 
     def start(done):
         ran = session.collective(kind, group.ranks, count=count, data=rows, dtype=np.dtype(dtype), op=op, root=root,
-                                 splits=splits, variant=variant, tags={"group": group.name})
+                                 splits=splits, variant=variant, tags=tags, after=busy)
 
         def complete(_e):
             if ran.buffers.live:

@@ -7,7 +7,8 @@ the earliest posted send to it.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from ..errors import MismatchError
 from .tensors import Arg, write
@@ -26,6 +27,8 @@ class _Post:
     event: object  # fires at delivery; its value is the sender's global rank
     seq: int
     posted: float
+    tags: Mapping = field(default_factory=dict)  # the posting rank's tags (clock.tagged) when it posted
+    after: list = field(default_factory=list)  # compute the poster had queued: a send starts after it
 
 
 class P2PMatcher:
@@ -39,8 +42,9 @@ class P2PMatcher:
         self._any_recvs: dict[tuple[int, int], deque[_Post]] = {}
         self._seq = 0
 
-    def post_send(self, src: int, dst: int, tag: int, tensor: Arg):
-        post = self._post(src, dst, tag, tensor)
+    def post_send(self, src: int, dst: int, tag: int, tensor: Arg, tags: Mapping | None = None, after=()):
+        post = self._post(src, dst, tag, tensor, tags)
+        post.after = list(after)
         specific = self._recvs.get((src, dst, tag))
         anyq = self._any_recvs.get((dst, tag))
         candidates = [q for q in (specific, anyq) if q]
@@ -51,8 +55,8 @@ class P2PMatcher:
             self._sends.setdefault((src, dst, tag), deque()).append(post)
         return post.event
 
-    def post_recv(self, dst: int, src: int | None, tag: int, tensor: Arg):
-        post = self._post(dst, src, tag, tensor)
+    def post_recv(self, dst: int, src: int | None, tag: int, tensor: Arg, tags: Mapping | None = None):
+        post = self._post(dst, src, tag, tensor, tags)
         if src is None:
             queues = [q for (s, d, t), q in self._sends.items() if d == dst and t == tag and q]
             if queues:
@@ -67,9 +71,9 @@ class P2PMatcher:
                 self._recvs.setdefault((src, dst, tag), deque()).append(post)
         return post.event
 
-    def _post(self, rank, peer, tag, tensor) -> _Post:
+    def _post(self, rank, peer, tag, tensor, tags=None) -> _Post:
         self._seq += 1
-        return _Post(rank, peer, tag, tensor, self.sim.env.event(), self._seq, self.sim.now)
+        return _Post(rank, peer, tag, tensor, self.sim.env.event(), self._seq, self.sim.now, dict(tags or {}))
 
     def unmatched(self) -> list[str]:
         """Posted sends and receives that found no partner, as text."""
@@ -91,9 +95,9 @@ class P2PMatcher:
                 post.event.defused = True
             return
         snapshot = None if s.data is None else s.flat().copy()
-        sent = self.session.send(src, dst, s.nbytes, label=f"send {src}->{dst}",
-                                 tags={"tag": send.tag} if send.tag else None)
-        self.sim.recorder.op(dst, "recv_posted", recv.posted, recv.posted, 0, f"recv from {src}", src)
+        sent = self.session.send(src, dst, s.nbytes, label=f"send {src}->{dst}", after=send.after,
+                                 tags={**send.tags, "tag": send.tag} if send.tag else send.tags)
+        self.sim.recorder.op(dst, "recv_posted", recv.posted, recv.posted, 0, f"recv from {src}", src, recv.tags)
 
         def deliver(_event):
             if snapshot is not None:

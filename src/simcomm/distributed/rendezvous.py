@@ -19,6 +19,13 @@ class _Call:
     index: int
     done: object
     arrivals: dict = field(default_factory=dict)  # global rank -> (name, signature, payload)
+    tags: dict = field(default_factory=dict)  # global rank -> its tags (clock.tagged) when it arrived
+
+
+def _common(tag_sets: list) -> dict:
+    """The tags (key and value) every member's call carries."""
+    first = tag_sets[0] if tag_sets else {}
+    return {k: v for k, v in first.items() if all(k in t and t[k] == v for t in tag_sets[1:])}
 
 
 def _format(name: str, signature: dict) -> str:
@@ -46,8 +53,9 @@ class CollectiveRendezvous:
         self._count: dict[tuple[int, int], int] = {}
         self._open: dict[tuple[int, int], _Call] = {}
 
-    def arrive(self, rank: int, group, name: str, signature: dict, payload, run):
-        """Register rank's call; when the last member arrives, `run(call_payloads_in_group_order, done)` starts.
+    def arrive(self, rank: int, group, name: str, signature: dict, payload, run, tags=None):
+        """Register rank's call; when the last member arrives, `run(call_payloads_in_group_order, done)` starts,
+        with `launch_tags` (the tags every member arrived with, see clock.tagged) in the runtime's services.
 
         Returns (event that fires when the collective completes, or fails with the call's error; a callable
         describing what rank waits for).
@@ -59,6 +67,7 @@ class CollectiveRendezvous:
         if call is None:
             call = self._open[(gid, index)] = _Call(group, index, self.rt.env.event())
         call.arrivals[rank] = (name, signature, payload)
+        call.tags[rank] = tags or {}
         if len(call.arrivals) == group.size():
             del self._open[(gid, index)]
             self._complete(call, run)
@@ -82,10 +91,13 @@ class CollectiveRendezvous:
                                            f"#{call.index + 1}: " + "; ".join(parts)))
             return
         payloads = [call.arrivals[r][2] for r in call.group.ranks]
+        self.rt.services["launch_tags"] = _common([call.tags[r] for r in call.group.ranks])
         try:
             run(payloads, call.done)
         except DistError as exc:  # found only now that every argument is known: every rank of the call raises it
             self._fail(call, exc)
+        finally:
+            self.rt.services.pop("launch_tags", None)
 
     @staticmethod
     def _fail(call: _Call, error: BaseException) -> None:

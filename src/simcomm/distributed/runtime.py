@@ -57,6 +57,16 @@ class RankRuntime:
         self._error: BaseException | None = None
         self.aborted = False
         self.services: dict[str, object] = {}  # p2p matcher, collective rendezvous, groups: set up by dist
+        self.tags: dict[int, dict] = {}  # rank -> tags its operations carry now (clock.tagged)
+        self.queued: dict[int, object] = {}  # rank -> its last compute queued without waiting (clock.compute)
+
+    def device_busy(self, rank: int) -> list:
+        """The queued compute a communication started by `rank` must wait for ([] if its device is idle)."""
+        op = self.queued.get(rank)
+        if op is None or op.processed:
+            self.queued.pop(rank, None)
+            return []
+        return [op]
 
     # ---- called from rank threads ------------------------------------------------------------------------
     def _block(self, rank: int) -> None:
@@ -151,6 +161,8 @@ class RankRuntime:
         try:
             if not self.aborted:
                 self.results[rank] = fn(rank, *args)
+                for op in self.device_busy(rank):  # a rank ends when the compute it queued has run
+                    self.wait(rank, op, "compute queued before the end of the program")
                 self.finished[rank] = self.env.now
         except _Aborted:
             pass
