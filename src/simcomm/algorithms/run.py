@@ -22,6 +22,20 @@ def _gloo_plan(coll: Collective, default):
     return {"all_reduce": gloo.gloo_all_reduce, "reduce": gloo.gloo_reduce}.get(coll.kind, default)
 
 
+def _choose(sim, coll: Collective, algorithm, protocol) -> Choice:
+    """choose(), remembered for the run: it depends only on the cluster and the collective, and a training step
+    repeats the same collectives thousands of times."""
+    if coll.op.factor is not None:
+        return choose(sim.cluster, coll, algorithm, protocol)
+    key = (coll.kind, coll.ranks.tobytes(), coll.count, coll.dtype.str, coll.op.name, coll.root,
+           None if coll.splits is None else (np.shape(coll.splits), np.asarray(coll.splits).tobytes()), coll.variant,
+           algorithm, protocol)
+    memo = sim.memo.setdefault("choices", {})
+    if key not in memo:
+        memo[key] = choose(sim.cluster, coll, algorithm, protocol)
+    return memo[key]
+
+
 def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = None, algorithm: str | None = None,
                    protocol: str | None = None, numerics: str = "nccl", label: str | None = None, tags=None):
     """Start `coll` on `sim` now; returns (simpy process, buffers, Choice).
@@ -39,7 +53,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
         check_op(coll.op, coll.dtype, "gloo" if numerics == "gloo" else "nccl")
     cluster = sim.cluster
     coll = coll.placed(cluster)
-    choice: Choice = choose(cluster, coll, algorithm, protocol)
+    choice: Choice = _choose(sim, coll, algorithm, protocol)
     alg = ALGORITHMS[coll.kind][choice.algorithm]
     plan = alg.plans[coll.kind]
     if numerics == "gloo" and algorithm in (None, "ring"):

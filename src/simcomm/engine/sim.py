@@ -39,6 +39,7 @@ class Simulation:
         dev = cluster.device
         self.memory = DeviceQueue("hbm", cluster.num_ranks, dev.memory_bandwidth, self.recorder)
         self.compute = DeviceQueue("compute", cluster.num_ranks, dev.compute_rate, self.recorder)
+        self.memo: dict = {}  # results that depend only on the cluster, kept for this run (e.g. tuner choices)
 
     @property
     def now(self) -> float:
