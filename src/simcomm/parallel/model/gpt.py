@@ -1,0 +1,441 @@
+"""A GPT-style decoder in numpy with a hand-written backward, written once for serial and parallel training.
+
+The model: word and learned position embeddings, `num_layers` pre-LayerNorm blocks (causal self-attention with
+optional grouped-query heads, then a GELU MLP), a final LayerNorm, logits tied to the word embeddings (unless
+untie_embeddings_and_output_weights), and token cross-entropy. Sizes come from TransformerConfig (Megatron names);
+parameter names follow Megatron-core (decoder.layers.0.self_attention.linear_qkv.weight, ...). The fused QKV
+weight is laid out by query group, [group][q heads of the group, k, v][kv_channels], as Megatron's is, so a
+column split over tensor-parallel ranks hands each rank whole groups.
+
+A `GPTChunk` is a contiguous run of layers, with the embedding if it is the first chunk and the head and loss if
+it is the last: the whole model for serial training, one pipeline stage (or virtual stage) otherwise. Everything
+parallel reaches it through its context (`ChunkContext`): the tensor-parallel mappings (identity on one rank;
+Megatron's all-reduce / all-gather / reduce-scatter regions otherwise), the attention over the sequence (local
+causal attention, or ring attention across context-parallel ranks), and the parameter store, which owns the
+parameters and gradients and does the data-parallel communication.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import layers as L
+from .config import ModelConfigError, TransformerConfig
+from .tensor import Meta, concat, is_meta, value
+
+
+# ---- parameters ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ParamSpec:
+    """A parameter's full shape and how tensor parallelism splits it.
+
+    split: None (replicated on every TP rank), "column" (last axis), "row" (first axis) or "vocab" (first axis of
+    an embedding table). sequence_parallel: replicated, but under sequence parallelism each TP rank computes only
+    its share of the gradient (LayerNorms and row-parallel biases: Megatron all-reduces them over TP).
+    """
+
+    shape: tuple[int, ...]
+    unit: str  # "embedding", "layers.i" or "head": what is gathered / reduced together
+    split: str | None = None
+    sequence_parallel: bool = False
+    decay: bool = False  # weight decay applies (weights, not biases or norms)
+    init: str = "normal"  # "normal", "scaled" (output projections), "zeros", "ones"
+
+
+def check_numeric(config: TransformerConfig) -> None:
+    """The numeric model implements LayerNorm, GELU and learned absolute positions."""
+    unsupported = [(config.swiglu, "swiglu"), (config.normalization != "LayerNorm", f"normalization="
+                   f"{config.normalization}"), (config.position_embedding_type != "learned_absolute",
+                   f"position_embedding_type={config.position_embedding_type}")]
+    named = [name for bad, name in unsupported if bad]
+    if named:
+        raise ModelConfigError(f"the numeric GPT implements LayerNorm, a GELU MLP and learned absolute positions; "
+                               f"{', '.join(named)} is not implemented (set swiglu=False, normalization=LayerNorm, "
+                               f"position_embedding_type=learned_absolute)")
+
+
+def param_specs(config: TransformerConfig) -> dict[str, ParamSpec]:
+    """Every parameter of the model, in forward order."""
+    check_numeric(config)
+    h, f, d = config.hidden_size, config.ffn_hidden_size, config.kv_channels
+    a, g = config.num_attention_heads, config.num_query_groups
+    bias = config.add_bias_linear
+    specs: dict[str, ParamSpec] = {
+        "embedding.word_embeddings.weight": ParamSpec((config.padded_vocab_size, h), "embedding", "vocab",
+                                                      decay=True),
+        "embedding.position_embeddings.weight": ParamSpec((config.seq_length, h), "embedding", decay=True),
+    }
+    qkv = (a // g + 2) * d * g
+    for i in range(config.num_layers):
+        u, pre = f"layers.{i}", f"decoder.layers.{i}."
+        layer = {
+            "input_layernorm.weight": ParamSpec((h,), u, None, True, init="ones"),
+            "input_layernorm.bias": ParamSpec((h,), u, None, True, init="zeros"),
+            "self_attention.linear_qkv.weight": ParamSpec((h, qkv), u, "column", decay=True),
+            "self_attention.linear_qkv.bias": ParamSpec((qkv,), u, "column", init="zeros"),
+            "self_attention.linear_proj.weight": ParamSpec((a * d, h), u, "row", decay=True, init="scaled"),
+            "self_attention.linear_proj.bias": ParamSpec((h,), u, None, True, init="zeros"),
+            "pre_mlp_layernorm.weight": ParamSpec((h,), u, None, True, init="ones"),
+            "pre_mlp_layernorm.bias": ParamSpec((h,), u, None, True, init="zeros"),
+            "mlp.linear_fc1.weight": ParamSpec((h, f), u, "column", decay=True),
+            "mlp.linear_fc1.bias": ParamSpec((f,), u, "column", init="zeros"),
+            "mlp.linear_fc2.weight": ParamSpec((f, h), u, "row", decay=True, init="scaled"),
+            "mlp.linear_fc2.bias": ParamSpec((h,), u, None, True, init="zeros"),
+        }
+        specs.update({pre + k: v for k, v in layer.items() if bias or not k.endswith("linear_qkv.bias") and
+                      not k.endswith("linear_proj.bias") and not k.endswith("fc1.bias") and
+                      not k.endswith("fc2.bias")})
+    specs["decoder.final_layernorm.weight"] = ParamSpec((h,), "head", None, True, init="ones")
+    specs["decoder.final_layernorm.bias"] = ParamSpec((h,), "head", None, True, init="zeros")
+    if config.untie_embeddings_and_output_weights:
+        specs["output_layer.weight"] = ParamSpec((config.padded_vocab_size, h), "head", "vocab", decay=True)
+    return specs
+
+
+WORD = "embedding.word_embeddings.weight"
+POSITION = "embedding.position_embeddings.weight"
+
+
+def init_params(config: TransformerConfig, seed: int = 0, dtype="float64", std: float = 0.02) -> dict:
+    """Full (unsharded) parameters: normal(0, std) weights, std / sqrt(2 L) for output projections (GPT-2),
+    zero biases, unit LayerNorm scales. The same seed gives the same model in any layout."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, spec in param_specs(config).items():
+        if spec.init == "ones":
+            out[name] = np.ones(spec.shape, dtype)
+        elif spec.init == "zeros":
+            out[name] = np.zeros(spec.shape, dtype)
+        else:
+            s = std / math.sqrt(2 * config.num_layers) if spec.init == "scaled" else std
+            out[name] = (rng.standard_normal(spec.shape) * s).astype(dtype)
+    return out
+
+
+def shard(full: np.ndarray, spec: ParamSpec, tp_size: int, tp_rank: int) -> np.ndarray:
+    """This TP rank's part of a full parameter (a copy)."""
+    if spec.split is None or tp_size == 1:
+        return np.array(full, copy=True)
+    axis = -1 if spec.split == "column" else 0
+    return np.array(np.split(full, tp_size, axis=axis)[tp_rank], copy=True)
+
+
+def unshard(parts: list, spec: ParamSpec) -> np.ndarray:
+    """The full parameter from every TP rank's part (in TP rank order)."""
+    if spec.split is None or len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts, axis=-1 if spec.split == "column" else 0)
+
+
+def local_shape(spec: ParamSpec, tp_size: int) -> tuple[int, ...]:
+    shape = list(spec.shape)
+    if spec.split is not None:
+        axis = len(shape) - 1 if spec.split == "column" else 0
+        if shape[axis] % tp_size:
+            raise ModelConfigError(f"a {spec.split}-parallel parameter of shape {spec.shape} does not split over "
+                                   f"{tp_size} tensor-parallel ranks")
+        shape[axis] //= tp_size
+    return tuple(shape)
+
+
+# ---- what a chunk needs from its surroundings --------------------------------------------------------------
+class NoTensorParallel:
+    """Megatron's TP mappings on one rank: every region is the identity."""
+
+    size, rank, sequence_parallel = 1, 0, False
+
+    def column_in(self, x):
+        """Input of a column-parallel linear: (the full input, what to keep for backward)."""
+        return x, x
+
+    def column_in_recover(self, kept):
+        return kept
+
+    def column_in_backward(self, dx):
+        return dx
+
+    def row_out(self, y):
+        return y
+
+    def row_out_backward(self, dy):
+        return dy
+
+    def vocab_reduce(self, x, op: str = "sum"):
+        return x
+
+    def scatter_sequence(self, x):
+        return x
+
+    def scatter_sequence_backward(self, dx):
+        return dx
+
+
+class LocalAttention:
+    """Causal self-attention over the rank's whole (local) sequence."""
+
+    def __init__(self, positions, fl: L.Flops):
+        self.positions = positions
+        self.fl = fl
+
+    def forward(self, q, k, v, scale):
+        o, lse = L.attention_block(q, k, v, self.positions, self.positions, scale, self.fl)
+        return o, (q, k, v, o, lse, scale)
+
+    def backward(self, cache, do):
+        q, k, v, o, lse, scale = cache
+        return L.attention_block_backward(q, k, v, self.positions, self.positions, scale, lse, do,
+                                          L.attention_delta(do, o), self.fl)
+
+
+class LocalStore:
+    """Parameters and gradients held whole on this rank, no communication (serial training)."""
+
+    def __init__(self, params: dict):
+        self.params = params
+        self.grads = {n: np.zeros_like(p) for n, p in params.items()}
+
+    def param(self, name):
+        return self.params[name]
+
+    def grad(self, name):
+        return self.grads[name]
+
+    def begin(self, unit: str, phase: str) -> None:
+        """Before a unit's forward or backward (a sharded store gathers its parameters here)."""
+
+    def end(self, unit: str, phase: str) -> None:
+        """After a unit's forward or backward (a sharded store frees, or reduces gradients, here)."""
+
+
+@dataclass
+class ChunkContext:
+    """What a GPTChunk uses from the layout around it."""
+
+    config: TransformerConfig
+    store: object  # param(name), grad(name), begin(unit, phase), end(unit, phase)
+    positions: np.ndarray  # global positions of this rank's tokens (its context-parallel share of the sequence)
+    tp: object = field(default_factory=NoTensorParallel)
+    attention: object = None  # forward(q, k, v, scale) / backward(cache, do); LocalAttention by default
+    fl: L.Flops = field(default_factory=L.Flops)
+    tied: bool = True  # logits use the word embeddings (or this chunk's copy of them)
+
+    def __post_init__(self):
+        if self.attention is None:
+            self.attention = LocalAttention(self.positions, self.fl)
+
+
+FORWARD, BACKWARD = "forward", "backward"
+
+
+# ---- a run of layers -------------------------------------------------------------------------------------
+class GPTChunk:
+    """Layers `layers` of the model, with the embedding if `pre` and the final norm, logits and loss if `post`."""
+
+    def __init__(self, layers: range, pre: bool, post: bool, ctx: ChunkContext):
+        self.layers, self.pre, self.post, self.ctx = layers, pre, post, ctx
+        c = ctx.config
+        self.heads = c.num_attention_heads // ctx.tp.size
+        self.groups = c.num_query_groups // ctx.tp.size
+        if self.groups * ctx.tp.size != c.num_query_groups:
+            raise ModelConfigError(f"num_query_groups {c.num_query_groups} does not split over "
+                                   f"{ctx.tp.size} tensor-parallel ranks")
+        self.head_dim = c.kv_channels
+        self._saved: dict[object, list] = {}
+
+    def param_names(self) -> dict[str, list[str]]:
+        """This chunk's parameters by unit, in forward order (the head's tied word embedding included)."""
+        specs = param_specs(self.ctx.config)
+        units: dict[str, list[str]] = {}
+        wanted = (["embedding"] if self.pre else []) + [f"layers.{i}" for i in self.layers] + \
+            (["head"] if self.post else [])
+        for name, spec in specs.items():
+            if spec.unit in wanted:
+                units.setdefault(spec.unit, []).append(name)
+        if self.post and not self.ctx.config.untie_embeddings_and_output_weights and not self.pre:
+            units["head"].append(WORD)  # the last stage's copy of the tied embedding (Megatron's output_layer)
+        return {u: units[u] for u in wanted}
+
+    # ---- forward / backward ------------------------------------------------------------------------------
+    def forward(self, key, x=None, ids=None, targets=None, loss_scale: float = 1.0):
+        """Run microbatch `key`: ids [s, b] if pre, else the input x [s', b, h]. Returns the output activations,
+        or (if post) the loss: per-token cross-entropy summed and multiplied by loss_scale."""
+        saved = []
+        if self.pre:
+            x, c = self._unit(FORWARD, "embedding", self._embed, ids)
+            saved.append(c)
+        for i in self.layers:
+            x, c = self._unit(FORWARD, f"layers.{i}", self._layer, i, x)
+            saved.append(c)
+        if self.post:
+            x, c = self._unit(FORWARD, "head", self._head, x, targets, loss_scale)
+            saved.append(c)
+        self._saved[key] = saved
+        return x
+
+    def backward(self, key, dout=None):
+        """Backward of microbatch `key` (dout: the output gradient; none for the last chunk). Accumulates
+        parameter gradients in the store; returns the input gradient (None for the first chunk)."""
+        saved = self._saved.pop(key)
+        d = dout
+        if self.post:
+            d = self._unit(BACKWARD, "head", self._head_backward, saved.pop())
+        for i in reversed(self.layers):
+            d = self._unit(BACKWARD, f"layers.{i}", self._layer_backward, i, saved.pop(), d)
+        if self.pre:
+            self._unit(BACKWARD, "embedding", self._embed_backward, saved.pop(), d)
+            return None
+        return d
+
+    def _unit(self, phase, unit, fn, *args):
+        store = self.ctx.store
+        store.begin(unit, phase)
+        if self.post and unit == "head" and self.pre and not self.ctx.config.untie_embeddings_and_output_weights:
+            store.begin("embedding", phase)  # the head reads the tied word embeddings
+        out = fn(*args)
+        store.end(unit, phase)
+        return out
+
+    def _p(self, name):
+        return self.ctx.store.param(name)
+
+    def _g(self, name):
+        return self.ctx.store.grad(name)
+
+    # ---- embedding ---------------------------------------------------------------------------------------
+    def _embed(self, ids):
+        tp = self.ctx.tp
+        word_w = self._p(WORD)
+        word, wc = L.embedding(ids, word_w, tp.rank * word_w.shape[0])
+        word = tp.vocab_reduce(word)
+        pos_w = self._p(POSITION)
+        pos = Meta((len(self.ctx.positions), pos_w.shape[1]), pos_w.dtype) if is_meta(pos_w) else \
+            pos_w[self.ctx.positions]
+        x = word + pos[:, None, :]
+        return tp.scatter_sequence(x), wc
+
+    def _embed_backward(self, wc, d):
+        d = self.ctx.tp.scatter_sequence_backward(d)
+        if not is_meta(d):
+            np.add.at(self._g(POSITION), self.ctx.positions, d.sum(axis=1))
+        L.embedding_backward(d, wc, self._g(WORD))
+
+    # ---- a transformer layer -----------------------------------------------------------------------------
+    def _layer(self, i, x):
+        p, tp, fl = f"decoder.layers.{i}.", self.ctx.tp, self.ctx.fl
+        bias = self.ctx.config.add_bias_linear
+        b = (lambda n: self._p(p + n)) if bias else (lambda n: None)
+        bsz = x.shape[1]
+        ln1, c_ln1 = L.layernorm(x, self._p(p + "input_layernorm.weight"), self._p(p + "input_layernorm.bias"))
+        a_in, a_kept = tp.column_in(ln1)
+        s = a_in.shape[0]
+        qkv = L.linear(a_in, self._p(p + "self_attention.linear_qkv.weight"), b("self_attention.linear_qkv.bias"),
+                       fl)
+        q, k, v = self._split_qkv(qkv, s, bsz)
+        o, c_attn = self.ctx.attention.forward(q, k, v, 1.0 / math.sqrt(self.head_dim))
+        o = o.reshape(s, bsz, self.heads * self.head_dim)
+        y = tp.row_out(L.linear(o, self._p(p + "self_attention.linear_proj.weight"), None, fl))
+        if bias:
+            y = y + self._p(p + "self_attention.linear_proj.bias")
+        x = x + y
+        ln2, c_ln2 = L.layernorm(x, self._p(p + "pre_mlp_layernorm.weight"), self._p(p + "pre_mlp_layernorm.bias"))
+        m_in, m_kept = tp.column_in(ln2)
+        h1 = L.linear(m_in, self._p(p + "mlp.linear_fc1.weight"), b("mlp.linear_fc1.bias"), fl)
+        g, c_gelu = L.gelu(h1)
+        y2 = tp.row_out(L.linear(g, self._p(p + "mlp.linear_fc2.weight"), None, fl))
+        if bias:
+            y2 = y2 + self._p(p + "mlp.linear_fc2.bias")
+        return x + y2, (c_ln1, a_kept, c_attn, o, c_ln2, m_kept, c_gelu, g)
+
+    def _layer_backward(self, i, saved, dx):
+        p, tp, fl = f"decoder.layers.{i}.", self.ctx.tp, self.ctx.fl
+        bias = self.ctx.config.add_bias_linear
+        gb = (lambda n: self._g(p + n)) if bias else (lambda n: None)
+        c_ln1, a_kept, c_attn, o, c_ln2, m_kept, c_gelu, g = saved
+        # MLP
+        if bias:
+            _bias_grad(gb("mlp.linear_fc2.bias"), dx)
+        dy2 = tp.row_out_backward(dx)
+        dg = L.linear_backward(g, self._p(p + "mlp.linear_fc2.weight"), dy2, self._g(p + "mlp.linear_fc2.weight"),
+                               fl=fl)
+        dh1 = L.gelu_backward(dg, c_gelu)
+        m_in = tp.column_in_recover(m_kept)
+        dm_in = L.linear_backward(m_in, self._p(p + "mlp.linear_fc1.weight"), dh1,
+                                  self._g(p + "mlp.linear_fc1.weight"), gb("mlp.linear_fc1.bias"), fl=fl)
+        dln2 = tp.column_in_backward(dm_in)
+        dx = dx + L.layernorm_backward(dln2, c_ln2, self._p(p + "pre_mlp_layernorm.weight"),
+                                       self._g(p + "pre_mlp_layernorm.weight"), self._g(p + "pre_mlp_layernorm.bias"))
+        # attention
+        if bias:
+            _bias_grad(gb("self_attention.linear_proj.bias"), dx)
+        dy = tp.row_out_backward(dx)
+        do = L.linear_backward(o, self._p(p + "self_attention.linear_proj.weight"), dy,
+                               self._g(p + "self_attention.linear_proj.weight"), fl=fl)
+        s, bsz = do.shape[0], do.shape[1]
+        dq, dk, dv = self.ctx.attention.backward(c_attn, do.reshape(s, bsz, self.heads, self.head_dim))
+        dqkv = self._merge_qkv(dq, dk, dv, s, bsz)
+        a_in = tp.column_in_recover(a_kept)
+        da_in = L.linear_backward(a_in, self._p(p + "self_attention.linear_qkv.weight"), dqkv,
+                                  self._g(p + "self_attention.linear_qkv.weight"),
+                                  gb("self_attention.linear_qkv.bias"), fl=fl)
+        dln1 = tp.column_in_backward(da_in)
+        return dx + L.layernorm_backward(dln1, c_ln1, self._p(p + "input_layernorm.weight"),
+                                         self._g(p + "input_layernorm.weight"), self._g(p + "input_layernorm.bias"))
+
+    def _split_qkv(self, qkv, s, b):
+        r, d, g = self.heads // self.groups, self.head_dim, self.groups
+        qkv = qkv.reshape(s, b, g, r + 2, d)
+        q = qkv[:, :, :, :r, :].reshape(s, b, g * r, d)
+        return q, qkv[:, :, :, r, :], qkv[:, :, :, r + 1, :]
+
+    def _merge_qkv(self, dq, dk, dv, s, b):
+        r, d, g = self.heads // self.groups, self.head_dim, self.groups
+        parts = [dq.reshape(s, b, g, r, d), dk.reshape(s, b, g, 1, d), dv.reshape(s, b, g, 1, d)]
+        return concat(parts, axis=3).reshape(s, b, g * (r + 2) * d)
+
+    # ---- final norm, logits, loss ------------------------------------------------------------------------
+    def _output_weight(self):
+        return self._p("output_layer.weight" if self.ctx.config.untie_embeddings_and_output_weights else WORD)
+
+    def _head(self, x, targets, loss_scale):
+        tp, fl = self.ctx.tp, self.ctx.fl
+        ln, c_ln = L.layernorm(x, self._p("decoder.final_layernorm.weight"), self._p("decoder.final_layernorm.bias"))
+        h_in, h_kept = tp.column_in(ln)
+        w = self._output_weight()
+        logits = L.linear(h_in, w.T, None, fl)  # [s, b, V / tp]
+        losses, c_ce = L.vocab_parallel_cross_entropy(logits, targets, tp.rank * w.shape[0], tp.vocab_reduce)
+        loss = losses if is_meta(losses) else losses.sum() * loss_scale
+        return loss, (c_ln, h_kept, c_ce, loss_scale, logits)
+
+    def _head_backward(self, saved):
+        tp, fl = self.ctx.tp, self.ctx.fl
+        c_ln, h_kept, c_ce, loss_scale, logits = saved
+        w = self._output_weight()
+        dw = self._g("output_layer.weight" if self.ctx.config.untie_embeddings_and_output_weights else WORD)
+        if c_ce is None:
+            dlogits = logits
+        else:
+            dlogits = L.vocab_parallel_cross_entropy_backward(np.full(logits.shape[:-1], loss_scale,
+                                                                      logits.dtype), c_ce)
+        h_in = tp.column_in_recover(h_kept)
+        # logits = h_in @ w.T: dh_in = dlogits @ w; dw += dlogits^T h_in
+        fl.gemm(math.prod(h_in.shape[:-1]), w.shape[1], w.shape[0], times=2)
+        if is_meta(h_in, dlogits):
+            dh_in = Meta(h_in.shape, h_in.dtype)
+        else:
+            dl2 = dlogits.reshape(-1, w.shape[0])
+            dw += dl2.T @ h_in.reshape(-1, w.shape[1])
+            dh_in = dlogits @ w
+        dln = tp.column_in_backward(dh_in)
+        return L.layernorm_backward(dln, c_ln, self._p("decoder.final_layernorm.weight"),
+                                    self._g("decoder.final_layernorm.weight"), self._g("decoder.final_layernorm.bias"))
+
+
+def _bias_grad(db, dy) -> None:
+    if db is not None and not is_meta(dy):
+        db += dy.sum(axis=tuple(range(dy.ndim - 1)))
+
+
+def loss_value(loss) -> float | None:
+    return value(loss)
