@@ -5,6 +5,9 @@ Cases (from the foundation and collectives issues):
   ring-N          a ring of neighbour sends on N ranks: 2(N-1) lockstep steps of 1 MiB (a ring all-reduce's traffic)
   allreduce-*     a 1 GiB size-only all_reduce on 1,024 GPUs (ring and hierarchical) and on 16,384 GPUs
   rankprog-256    a rank-program all_reduce of 4 MiB float32 with real data on 256 ranks
+  train-64        one training step of GPT-3 1.3B as rank programs on 64 H100s, tp 2 (sequence parallel) x pp 4
+                  (1F1B, 8 microbatches) x dp 8 (DDP, overlapped buckets), size-only tensors
+  train-data-16   three steps of a tiny GPT with real data on 16 ranks, tp 2 x cp 2 x pp 2 x dp 2 (ZeRO-1)
 """
 from __future__ import annotations
 
@@ -81,6 +84,28 @@ def bench_rank_program(ranks: int = 256, count: int = MiB) -> dict:
     return {"ranks": ranks, "sim_seconds": r.elapsed, **r.stats()}
 
 
+def bench_training(size_only: bool = True) -> dict:
+    """The numeric training rank program (parallel/parallelize.py) at scale without data, or small with data."""
+    from .distributed.spawn import spawn
+    from .parallel.model.config import TransformerConfig, model_preset
+    from .parallel.parallelize import train
+    from .parallel.train_config import TrainConfig
+    if size_only:
+        cfg = TrainConfig(model_preset("gpt3-1.3b"), tensor_model_parallel_size=2, sequence_parallel=True,
+                          pipeline_model_parallel_size=4, data_parallel_size=8, global_batch_size=64,
+                          micro_batch_size=1, overlap_grad_reduce=True, size_only=True, params_dtype="bfloat16")
+    else:
+        tiny = TransformerConfig(num_layers=2, hidden_size=16, num_attention_heads=4, seq_length=8,
+                                 padded_vocab_size=32)
+        cfg = TrainConfig(tiny, tensor_model_parallel_size=2, context_parallel_size=2, pipeline_model_parallel_size=2,
+                          data_parallel_size=2, global_batch_size=8, micro_batch_size=2, data_parallel="zero1",
+                          train_iters=3)
+    r = spawn(train, args=(cfg,), nprocs=cfg.world_size, detail="steps")
+    colls = sum(1 for a in r.timeline if a.kind == "collective")
+    return {"ranks": cfg.world_size, "layout": cfg.dims.describe(), "rank_collectives": colls,
+            "sim_seconds": r.elapsed, **r.stats()}
+
+
 CASES = {
     "flows-fattree": lambda: bench_flows(),
     **{f"ring-{n}": (lambda n=n: bench_ring(n)) for n in (8, 64, 512, 1024, 4096)},
@@ -88,9 +113,11 @@ CASES = {
     "allreduce-hierarchical-1024": lambda: bench_allreduce(128, "hierarchical"),
     "allreduce-hierarchical-16384": lambda: bench_allreduce(2048, "hierarchical"),
     "rankprog-256": lambda: bench_rank_program(),
+    "train-64": lambda: bench_training(size_only=True),
+    "train-data-16": lambda: bench_training(size_only=False),
 }
 DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allreduce-ring-1024",
-           "allreduce-hierarchical-1024", "rankprog-256"]
+           "allreduce-hierarchical-1024", "rankprog-256", "train-64"]
 
 
 def run(cases: list[str]) -> list[dict]:
