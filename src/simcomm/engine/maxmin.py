@@ -39,7 +39,10 @@ def _fill(lengths: np.ndarray, pair_link_global: np.ndarray, counts: np.ndarray,
     if empty.all():
         return rates
     pair_class = np.repeat(np.arange(num), lengths)
-    links, pair_link = np.unique(pair_link_global, return_inverse=True)
+    if 4 * len(pair_link_global) >= len(capacity):  # dense: index the links directly (no sort)
+        links, pair_link = np.arange(len(capacity)), pair_link_global
+    else:
+        links, pair_link = np.unique(pair_link_global, return_inverse=True)
     residual = capacity[links].astype(np.float64)
     full = capacity[links] * _SATURATED
     weight = np.asarray(counts, dtype=np.float64)[pair_class]

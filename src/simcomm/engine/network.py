@@ -3,6 +3,13 @@
 Events: one re-solve per instant at which flows start (however many start then), one timer per instant at which
 flows finish, and one delivery event per batch. A flow takes its route's bandwidth share until its bytes are sent,
 then arrives after the route's latency, so an uncontended flow takes exactly latency + bytes / bottleneck.
+
+Closed forms (engine/replay.py): a batch that shares no link with any active flow replays the trajectory it
+recorded the last time it ran alone on its links (one event, no solve), even while unrelated traffic runs on other
+links; `run` replays k identical batches back to back with one event. Whatever later wants one of their links
+turns the step in flight back into live flows, which are solved with the newcomer. While link loads are recorded
+("flows" detail, for reports) a batch replays only on an idle network and runs are not used, so the loads are
+written in time order.
 """
 from __future__ import annotations
 
@@ -13,7 +20,10 @@ import numpy as np
 import simpy
 
 from .maxmin import max_min_rates_csr
+from .replay import Learning, Replay, Run, Trajectory
 from .trace import NO_TAGS
+
+_LIVE = ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index")
 
 
 @dataclass(eq=False)
@@ -35,39 +45,6 @@ class Transfer:
     weight: np.ndarray = None  # identical flows each entry stands for
     with_latency: bool = True
     tags: Mapping = field(default_factory=lambda: NO_TAGS)
-
-
-@dataclass(eq=False)
-class _Trajectory:
-    """How a batch alone on the network progressed: when each flow sent its last byte (offsets from the start),
-    and the rates of every flow in each segment between re-solves."""
-
-    offsets: np.ndarray
-    seg_starts: np.ndarray
-    seg_rates: np.ndarray  # (segments, flows)
-    seg_loads: np.ndarray | None = None  # (segments, links): link loads, computed when first needed
-
-
-@dataclass(eq=False)
-class _Learning:
-    """A batch running alone whose trajectory is being recorded, to be replayed next time."""
-
-    transfer: Transfer
-    key: bytes
-    start: float
-    seg_starts: list
-    seg_rates: list
-    bw_done: np.ndarray
-
-
-@dataclass(eq=False)
-class _Replay:
-    """A batch alone on the network, replaying a recorded trajectory instead of being solved."""
-
-    transfer: Transfer
-    start: float
-    trajectory: _Trajectory
-    wire: np.ndarray
 
 
 @dataclass(eq=False)
@@ -93,7 +70,7 @@ class FlowNetwork:
         # Where the rates each solve (or replayed segment) assigns go, summed per link; None: not recorded.
         self.link_loads = getattr(recorder, "link_loads", None)
         self.capacity = cluster.link_capacity
-        # Active flows, in start order (a batch's flows stay contiguous and ordered).
+        # Live flows, in start order (a batch's flows stay contiguous and ordered).
         self._route = np.empty(0, dtype=np.int64)
         self._remaining = np.empty(0)
         self._rate = np.empty(0)
@@ -105,15 +82,20 @@ class FlowNetwork:
         self._next_bid = 0
         self._latency = np.empty(0)  # numpy mirror of cluster.route_latency
         self._updated = 0.0
-        self._generation = 0
+        self._generation = 0  # of the live flow set: a pending finish timer is stale once it moves on
         self._resolve_pending = False
         self._routes_cache: dict[bytes, np.ndarray] = {}
+        self._links_cache: dict[bytes, np.ndarray] = {}
         self._memo: _Memo | None = None
         self._rates_cache: dict[tuple, np.ndarray] = {}
-        # Closed form for a batch alone on the network: its rate trajectory is replayed from a cache.
-        self._solo_cache: dict[bytes, _Trajectory] = {}
-        self._solo: _Replay | None = None
-        self._recording: _Learning | None = None
+        self._live_links: np.ndarray | None = None  # bool per link crossed by a live flow (None: stale)
+        # Closed forms (engine/replay.py): trajectories by pattern, replays holding links, batches being learned.
+        self._solo_cache: dict[bytes, Trajectory] = {}
+        self._replays: dict[int, Replay] = {}
+        self._next_rid = 0
+        self._owner = np.full(cluster.num_links, -1, dtype=np.int64)  # replay holding each link
+        self._learning: dict[int, Learning] = {}  # batch id -> its recording
+        self._learner = np.full(cluster.num_links, -1, dtype=np.int64)  # learning batch on each link
         self.stats = {"transfers": 0, "flows": 0, "solves": 0, "solve_cache_hits": 0, "closed_form": 0}
 
     # ---- public ------------------------------------------------------------------------------------------
@@ -129,6 +111,82 @@ class FlowNetwork:
         `with_latency=False` flows complete when their last byte is sent; the caller accounts for latency (see
         `latency_of`), as the collective executor does to pipeline latency along dependency chains.
         """
+        src, dst, payload, pattern, route, w, extra = self._prepare(src, dst, nbytes, routes, weight, extra_latency)
+        t = Transfer(src, dst, payload, route, self.env.now, self.env.event(), label, extra,
+                     np.full(len(src), np.nan), pattern, len(src), self.env.now, w, with_latency, tags)
+        self.stats["transfers"] += 1
+        self.stats["flows"] += int(w.sum())
+        if len(src) == 0:
+            t.done.succeed(t)
+            return t
+        wire = payload * wire_factor
+        key = self._solo_key(pattern, wire)
+        links = self._links_of(pattern, route)
+        if self.link_loads is not None:  # loads are recorded in time order: replay on an idle network only
+            alone = not len(self._route) and not self._replays and not self._resolve_pending
+            self._claim(None)
+        else:
+            self._claim(links)
+            alone = not self._live_overlaps(links)
+        if alone and key in self._solo_cache:
+            self._replay(t, self._solo_cache[key], wire, links)
+            return t
+        self._add_live(t, wire, learn=(key, links) if alone else None)
+        return t
+
+    def run(self, src, dst, nbytes, starts, label: str = "", extra_latency=0.0, wire_factor: float = 1.0,
+            routes=None, weight=None, tags: Mapping = NO_TAGS) -> Run | None:
+        """Replay len(starts) identical transfers (as `transfer(..., with_latency=False)`), step j starting at
+        starts[j] (starts[0] is now, each after the previous one's last byte), in closed form: one event.
+
+        Returns None when that is not possible now: the batch's trajectory is unknown (it never ran alone on its
+        links), or another active flow shares one of its links. See `Run` for what a cut run reports.
+        """
+        src, dst, payload, pattern, route, w, extra = self._prepare(src, dst, nbytes, routes, weight, extra_latency)
+        wire = payload * wire_factor
+        trajectory = self._solo_cache.get(self._solo_key(pattern, wire))
+        if trajectory is None or not len(src) or self.link_loads is not None:
+            return None
+        links = self._links_of(pattern, route)
+        if (self._owner[links] >= 0).any() or self._live_overlaps(links):
+            return None
+        starts = np.asarray(starts, dtype=np.float64)
+        run = Run(starts, self.env.event(), trajectory.offsets, self._latency_table()[route] + extra,
+                  (src, dst, payload, route, label, extra, pattern, w, tags), wire)
+        rep = self._hold(Replay(self._next_rid, None, float(starts[0]), trajectory, wire, links, run))
+        self._timer_at(rep, float(starts[-1]) + trajectory.duration)
+        return run
+
+    def known(self, src, dst, nbytes, extra_latency=0.0, wire_factor: float = 1.0, routes=None,
+              weight=None) -> tuple[float, np.ndarray, np.ndarray] | None:
+        """(duration, per-flow offset of the last byte, per-flow latency) of this batch if it would replay now
+        (its trajectory is known and no active flow shares its links), else None."""
+        src, dst, payload, pattern, route, w, extra = self._prepare(src, dst, nbytes, routes, weight, extra_latency)
+        trajectory = self._solo_cache.get(self._solo_key(pattern, payload * wire_factor))
+        if trajectory is None or not len(src):
+            return None
+        links = self._links_of(pattern, route)
+        if (self._owner[links] >= 0).any() or self._live_overlaps(links):
+            return None
+        return trajectory.duration, trajectory.offsets, self._latency_table()[route] + extra
+
+    def cut(self, run: Run) -> None:
+        """End `run` now without disturbing its step in flight, which goes on as a transfer of its own (a
+        caller that must change what happens after the step, such as its ranks' memory being used, cuts it)."""
+        rep = next((r for r in self._replays.values() if r.run is run), None)
+        if rep is not None:
+            self._cut(rep, live=False)
+
+    def latency_of(self, t: Transfer) -> np.ndarray:
+        """Per-flow latency of a transfer: its route's links plus its extra latency."""
+        return self._latency_table()[t.route] + t.extra_latency
+
+    @property
+    def active_flows(self) -> int:
+        return len(self._route) + sum(len(r.wire) for r in self._replays.values())
+
+    # ---- preparing a batch -------------------------------------------------------------------------------
+    def _prepare(self, src, dst, nbytes, routes, weight, extra_latency):
         src = np.atleast_1d(np.asarray(src, dtype=np.int64))
         dst = np.atleast_1d(np.asarray(dst, dtype=np.int64))
         payload = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else \
@@ -153,57 +211,91 @@ class FlowNetwork:
                     self._routes_cache[pattern] = route
             self._memo = _Memo(src, dst, weight, routes, pattern, route, w)
         extra = np.broadcast_to(np.asarray(extra_latency, dtype=np.float64), src.shape)
-        t = Transfer(src, dst, payload, route, self.env.now, self.env.event(), label, extra,
-                     np.full(len(src), np.nan), pattern, len(src), self.env.now, w, with_latency, tags)
-        self.stats["transfers"] += 1
-        self.stats["flows"] += int(w.sum())
-        if len(src) == 0:
-            t.done.succeed(t)
-            return t
-        wire = payload * wire_factor
-        idle = not len(self._route) and self._solo is None and not self._resolve_pending
-        if not idle:
-            self._materialize()
-            self._recording = None  # no longer alone
+        return src, dst, payload, pattern, route, w, extra
+
+    @staticmethod
+    def _solo_key(pattern: bytes, wire: np.ndarray) -> bytes:
         uniform = len(wire) and wire[0] == wire[-1] and (wire == wire[0]).all()
-        solo_key = (pattern + b"#" + (wire[:1].tobytes() if uniform else wire.tobytes())) if idle else None
-        if solo_key is not None and solo_key in self._solo_cache:
-            self._replay(t, solo_key, wire)
-            return t
+        return pattern + b"#" + (wire[:1].tobytes() if uniform else wire.tobytes())
+
+    def _latency_table(self) -> np.ndarray:
+        lat = self.cluster.route_latency
+        if len(self._latency) != len(lat):
+            self._latency = np.asarray(lat, dtype=np.float64)
+        return self._latency
+
+    def _route_links(self, routes: np.ndarray) -> np.ndarray:
+        """Every link id the given route ids cross (with repeats)."""
+        lengths, starts, links = self.cluster.route_csr()
+        lengths, starts = lengths[routes], starts[routes]
+        offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        return links[np.arange(int(lengths.sum())) + offsets]
+
+    def _links_of(self, pattern: bytes, route: np.ndarray) -> np.ndarray:
+        links = self._links_cache.get(pattern)
+        if links is None:
+            if len(self._links_cache) > 4096:
+                self._links_cache.clear()
+            links = self._links_cache[pattern] = np.unique(self._route_links(np.unique(route)))
+        return links
+
+    def _live_overlaps(self, links: np.ndarray) -> bool:
+        if not len(self._route):
+            return False
+        if self._live_links is None:
+            mask = np.zeros(self.cluster.num_links, dtype=bool)
+            mask[self._route_links(np.unique(self._route))] = True
+            self._live_links = mask
+        return bool(self._live_links[links].any())
+
+    def _claim(self, links: np.ndarray | None) -> None:
+        """A batch on `links` (None: anywhere) is starting: replays on them become live flows, batches learning
+        on them stop."""
+        if links is None:
+            for rep in list(self._replays.values()):
+                self._cut(rep, live=True)
+            for bid in list(self._learning):
+                self._forget(bid)
+            return
+        owners = self._owner[links]
+        if (owners >= 0).any():
+            for rid in np.unique(owners[owners >= 0]).tolist():
+                self._cut(self._replays[rid], live=True)
+        if self._learning:
+            learners = self._learner[links]
+            if (learners >= 0).any():
+                for bid in np.unique(learners[learners >= 0]).tolist():
+                    self._forget(bid)
+
+    # ---- live flows ----------------------------------------------------------------------------------------
+    def _add_live(self, t: Transfer, wire: np.ndarray, learn=None, rates=None, index=None) -> None:
+        """Make t's flows (those in `index`, all by default) live with `wire` bytes left to send."""
         self._advance()
         bid = self._next_bid
         self._next_bid += 1
         self._batches[bid] = t
-        if solo_key is not None:
-            self._recording = _Learning(t, solo_key, self.env.now, [], [], np.full(len(src), np.nan))
-        new = (route, wire, np.zeros(len(src)), extra, w, np.full(len(src), bid),
-               np.arange(len(src)))
-        names = ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index")
+        n = len(wire)
+        if learn is not None:
+            key, links = learn
+            self._learning[bid] = Learning(t, key, self.env.now, links, bw_done=np.full(n, np.nan))
+            self._learner[links] = bid
+        new = (t.route if index is None else t.route[index], wire, np.zeros(n) if rates is None else rates,
+               t.extra_latency if index is None else t.extra_latency[index],
+               t.weight if index is None else t.weight[index], np.full(n, bid),
+               np.arange(n) if index is None else index)
         self._generation += 1  # any pending finish timer was computed for the old flow set
+        self._live_links = None
         if len(self._route):
-            for name, arr in zip(names, new):
+            for name, arr in zip(_LIVE, new):
                 setattr(self, name, np.concatenate([getattr(self, name), arr]))
         else:  # the common lockstep case: nothing else in flight
-            for name, arr in zip(names, new):
+            for name, arr in zip(_LIVE, new):
                 setattr(self, name, arr)
         if not self._resolve_pending:
             self._resolve_pending = True
             ev = self.env.timeout(0)
             ev.callbacks.append(self._on_resolve)
-        return t
 
-    def latency_of(self, t: Transfer) -> np.ndarray:
-        """Per-flow latency of a transfer: its route's links plus its extra latency."""
-        lat = self.cluster.route_latency
-        if len(self._latency) != len(lat):
-            self._latency = np.asarray(lat, dtype=np.float64)
-        return self._latency[t.route] + t.extra_latency
-
-    @property
-    def active_flows(self) -> int:
-        return len(self._route)
-
-    # ---- internals ---------------------------------------------------------------------------------------
     def _advance(self) -> None:
         """Charge the bytes sent since the last update at the current rates."""
         dt = self.env.now - self._updated
@@ -222,124 +314,35 @@ class FlowNetwork:
         if not len(self._route):
             return
         self.stats["solves"] += 1
-        # Batch ids are ascending in the active arrays, so one batch means equal ends.
+        # Batch ids are ascending in the live arrays, so one batch means equal ends.
         bids = [int(self._bid[0])] if self._bid[0] == self._bid[-1] else np.unique(self._bid).tolist()
         batches = [self._batches[b] for b in bids]
-        # Rates depend only on which flows are active: the batches' patterns, and which of their flows remain.
+        # Rates depend only on which flows are live: the batches' patterns, and which of their flows remain.
         full = all(b._pending == len(b.src) for b in batches)
         key = tuple(b.pattern for b in batches) + (None if full else self._index.tobytes(),)
         cached = self._rates_cache.get(key)
         if cached is not None:
             self.stats["solve_cache_hits"] += 1
             self._rate = cached
-            self._record_rates()
-            return
-        classes, inverse = np.unique(self._route, return_inverse=True)
-        counts = np.bincount(inverse, weights=self._weight)
-        lengths, starts, links = self.cluster.route_csr()
-        self._rate = max_min_rates_csr(lengths[classes], starts[classes], links, counts, self.capacity)[inverse]
-        if len(self._rates_cache) > 4096:
-            self._rates_cache.clear()
-        self._rates_cache[key] = self._rate
-        self._record_rates()
+        else:
+            classes, inverse = np.unique(self._route, return_inverse=True)
+            counts = np.bincount(inverse, weights=self._weight)
+            lengths, starts, links = self.cluster.route_csr()
+            self._rate = max_min_rates_csr(lengths[classes], starts[classes], links, counts,
+                                           self.capacity)[inverse]
+            if len(self._rates_cache) > 4096:
+                self._rates_cache.clear()
+            self._rates_cache[key] = self._rate
+        if self._learning:
+            self._record_rates(len(bids) == 1)
 
-    # ---- closed form for a batch alone on the network ----------------------------------------------------
-    def _record_rates(self) -> None:
-        rec = self._recording
-        if rec is None:
-            return
-        full = np.zeros(len(rec.transfer.src))
-        full[self._index] = self._rate
-        rec.seg_starts.append(self.env.now - rec.start)
-        rec.seg_rates.append(full)
-
-    def _replay(self, t: Transfer, key: bytes, wire: np.ndarray) -> None:
-        trajectory = self._solo_cache[key]
-        self.stats["closed_form"] += 1
-        self._generation += 1
-        self._solo = _Replay(t, self.env.now, trajectory, wire)
-        ev = self.env.timeout(float(trajectory.offsets.max()), value=self._generation)
-        ev.callbacks.append(self._on_solo_done)
-
-    def _on_solo_done(self, event) -> None:
-        if event.value != self._generation or self._solo is None:
-            return
-        solo, self._solo = self._solo, None
-        offsets = solo.trajectory.offsets
-        self._note_replayed(solo, np.inf)
-        self._complete_solo(solo.transfer, solo.start + offsets, np.ones(len(offsets), dtype=bool))
-
-    def _complete_solo(self, t: Transfer, bw_done: np.ndarray, which: np.ndarray) -> None:
-        """Mark flows `which` of a replayed batch as having sent their last byte at bw_done."""
-        arrival = bw_done[which]
-        if t.with_latency:
-            lat = self.latency_of(t)[which]
-            arrival = arrival + lat
-        t.finish[which] = arrival
-        t._pending -= int(which.sum())
-        t._last_arrival = max(t._last_arrival, float(np.max(arrival)) if len(arrival) else t._last_arrival)
-        if t._pending == 0:
-            self._deliver(t)
-
-    def _materialize(self) -> None:
-        """Turn a replayed batch back into live flows (something else is about to share the network)."""
-        if self._solo is None:
-            return
-        solo, self._solo = self._solo, None
-        t, start, wire = solo.transfer, solo.start, solo.wire
-        offsets, seg_starts, seg_rates = solo.trajectory.offsets, solo.trajectory.seg_starts, solo.trajectory.seg_rates
-        self._generation += 1
-        elapsed = self.env.now - start
-        self._note_replayed(solo, elapsed)
-        done = offsets <= elapsed * (1 + 1e-12)
-        if done.any():
-            self._complete_solo(t, start + offsets, done)
-        ends = np.append(seg_starts[1:], np.inf)
-        spans = np.clip(np.minimum(ends, elapsed) - seg_starts, 0, None)
-        sent = spans @ seg_rates
-        live = ~done
-        if not live.any():
-            self._note_loads()
-            return  # it finished at this very instant
-        bid = self._next_bid
-        self._next_bid += 1
-        self._batches[bid] = t
-        k = int(np.searchsorted(seg_starts, elapsed, side="right")) - 1
-        self._route, self._remaining = t.route[live], (wire - sent)[live]
-        self._rate, self._extra = seg_rates[max(k, 0)][live], t.extra_latency[live]
-        self._weight, self._bid = t.weight[live], np.full(int(live.sum()), bid)
-        self._index = np.flatnonzero(live)
-        self._updated = self.env.now
-        self._note_loads()
-
-    # ---- link loads, for reports (only with a recorder that keeps them) -----------------------------------
-    def _loads(self, route: np.ndarray, rate: np.ndarray) -> np.ndarray:
-        """Bytes/s on every link of flows on routes `route` at `rate` each."""
-        lengths, starts, links = self.cluster.route_csr()
-        n = lengths[route]
-        offsets = np.repeat(starts[route] - (np.cumsum(n) - n), n)
-        return np.bincount(links[np.arange(int(n.sum())) + offsets], weights=np.repeat(rate, n),
-                           minlength=len(self.capacity))
-
-    def _note_loads(self) -> None:
-        """Record the live flows' link loads from now on."""
-        if self.link_loads is not None:
-            self.link_loads.set(self.env.now, self._loads(self._route, self._rate * self._weight))
-
-    def _note_replayed(self, solo: _Replay, upto: float) -> None:
-        """Record a replayed batch's link loads: its segments that began before `upto` (seconds after its start);
-        run to the end (upto = inf), the loads drop to zero when its last byte is sent."""
-        if self.link_loads is None:
-            return
-        tr, t = solo.trajectory, solo.transfer
-        if tr.seg_loads is None:
-            tr.seg_loads = np.vstack([self._loads(t.route, rates * t.weight) for rates in tr.seg_rates])
-        for begin, load in zip(tr.seg_starts.tolist(), tr.seg_loads):
-            if begin >= upto:
-                break
-            self.link_loads.set(solo.start + begin, load)
-        if upto == np.inf:
-            self.link_loads.set(solo.start + float(tr.offsets.max()), np.zeros(len(self.capacity)))
+    def _record_rates(self, single: bool) -> None:
+        for bid, rec in self._learning.items():
+            sel = slice(None) if single else self._bid == bid
+            full = np.zeros(len(rec.transfer.src))
+            full[self._index[sel]] = self._rate[sel]
+            rec.seg_starts.append(self.env.now - rec.start)
+            rec.seg_rates.append(full)
 
     def _schedule_next(self) -> None:
         self._generation += 1
@@ -362,29 +365,28 @@ class FlowNetwork:
         done = self._ttf <= elapsed + 1e-12 * max(self.env.now, 1e-9) + 1e-18
         self._finish(done)
         keep = ~done
-        for name in ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index"):
+        for name in _LIVE:
             arr = getattr(self, name)
             setattr(self, name, arr[:0] if not keep.any() else arr[keep])
+        self._live_links = None
         self._solve()
         self._note_loads()
         self._schedule_next()
 
     def _finish(self, done: np.ndarray) -> None:
-        lat = self.cluster.route_latency
-        if len(self._latency) != len(lat):
-            self._latency = np.asarray(lat, dtype=np.float64)
+        lat = self._latency_table()
         bid, index = self._bid[done], self._index[done]
         if not len(bid):
             return
-        rec = self._recording
-        if rec is not None:
-            rec.bw_done[index] = self.env.now - rec.start
         single = bid[0] == bid[-1]
         for b in ([int(bid[0])] if single else np.unique(bid).tolist()):
             t = self._batches[b]
             sel = slice(None) if single else bid == b
+            rec = self._learning.get(b)
+            if rec is not None:
+                rec.bw_done[index[sel]] = self.env.now - rec.start
             if t.with_latency:
-                arrival = self.env.now + self._latency[self._route[done][sel]] + self._extra[done][sel]
+                arrival = self.env.now + lat[self._route[done][sel]] + self._extra[done][sel]
                 t._last_arrival = max(t._last_arrival, float(arrival.max()))
             else:
                 arrival = self.env.now
@@ -393,16 +395,153 @@ class FlowNetwork:
             t._pending -= len(index) if single else int(sel.sum())
             if t._pending == 0:
                 del self._batches[b]
-                if rec is not None and rec.transfer is t:
-                    self._learn(rec)
+                if rec is not None:
+                    self._learn(b, rec)
                 self._deliver(t)
 
-    def _learn(self, rec: _Learning) -> None:
-        """A batch ran alone from start to end: keep its trajectory to replay it next time."""
-        self._recording = None
+    # ---- closed forms: learning, replays and runs ----------------------------------------------------------
+    def _learn(self, bid: int, rec: Learning) -> None:
+        """A batch ran alone on its links from start to end: keep its trajectory to replay it next time."""
+        self._forget(bid)
         if len(self._solo_cache) > 1024:
             self._solo_cache.clear()
-        self._solo_cache[rec.key] = _Trajectory(rec.bw_done, np.asarray(rec.seg_starts), np.vstack(rec.seg_rates))
+        self._solo_cache[rec.key] = Trajectory(rec.bw_done, np.asarray(rec.seg_starts), np.vstack(rec.seg_rates))
+
+    def _forget(self, bid: int) -> None:
+        rec = self._learning.pop(bid)
+        self._learner[rec.links] = -1
+
+    def _hold(self, rep: Replay) -> Replay:
+        self._next_rid += 1
+        self._replays[rep.rid] = rep
+        self._owner[rep.links] = rep.rid
+        return rep
+
+    def _release(self, rep: Replay) -> None:
+        del self._replays[rep.rid]
+        self._owner[rep.links] = -1
+        rep.token += 1
+
+    def _timer(self, rep: Replay, delay: float) -> None:
+        ev = self.env.timeout(max(delay, 0.0), value=(rep.rid, rep.token))
+        ev.callbacks.append(self._on_replay_done)
+
+    def _timer_at(self, rep: Replay, when: float) -> None:
+        """A replay timer at exactly `when` (now + (when - now) can round away from it by an ulp; the timers of
+        steps replayed one by one land on start + duration exactly, and so must these)."""
+        now = self.env.now
+        delay = max(when - now, 0.0)
+        for _ in range(8):
+            got = now + delay
+            if got == when or delay == 0.0:
+                break
+            delay = float(np.nextafter(delay, np.inf if got < when else -np.inf))
+        self._timer(rep, delay)
+
+    def _replay(self, t: Transfer, trajectory: Trajectory, wire: np.ndarray, links: np.ndarray) -> None:
+        self.stats["closed_form"] += 1
+        rep = self._hold(Replay(self._next_rid, t, self.env.now, trajectory, wire, links))
+        self._timer(rep, trajectory.duration)
+
+    def _on_replay_done(self, event) -> None:
+        rid, token = event.value
+        rep = self._replays.get(rid)
+        if rep is None or rep.token != token:
+            return
+        self._release(rep)
+        if rep.run is None:
+            offsets = rep.trajectory.offsets
+            self._note_replayed(rep, np.inf)
+            self._complete_replayed(rep.transfer, rep.start + offsets, np.ones(len(offsets), dtype=bool))
+        else:
+            self._end_run(rep.run, rep.run.steps, None)
+
+    def _complete_replayed(self, t: Transfer, bw_done: np.ndarray, which: np.ndarray) -> None:
+        """Mark flows `which` of a replayed batch as having sent their last byte at bw_done."""
+        arrival = bw_done[which]
+        if t.with_latency:
+            arrival = arrival + self.latency_of(t)[which]
+        t.finish[which] = arrival
+        t._pending -= int(which.sum())
+        t._last_arrival = max(t._last_arrival, float(np.max(arrival)) if len(arrival) else t._last_arrival)
+        if t._pending == 0:
+            self._deliver(t)
+
+    def _cut(self, rep: Replay, live: bool) -> None:
+        """Stop replaying now. A single batch becomes live flows (live=True). A run ends after its completed
+        steps; its step in flight becomes live flows (live=True) or a replay of its own."""
+        self._release(rep)
+        now = self.env.now
+        run = rep.run
+        if run is None:
+            self._note_replayed(rep, now - rep.start)
+            self._go_live(rep.transfer, rep.start, rep.trajectory, rep.wire)
+            return
+        j = max(int(np.searchsorted(run.starts, now, side="right")) - 1, 0)
+        elapsed = now - float(run.starts[j])
+        if (rep.trajectory.offsets <= elapsed * (1 + 1e-12)).all():
+            self._end_run(run, j + 1, None)
+            return
+        src, dst, payload, route, label, extra, pattern, w, tags = run.template
+        start = float(run.starts[j])
+        t = Transfer(src, dst, payload, route, start, self.env.event(), label, extra, np.full(len(src), np.nan),
+                     pattern, len(src), start, w, False, tags)
+        if live:
+            self._go_live(t, start, rep.trajectory, run.wire)
+        else:
+            inflight = self._hold(Replay(self._next_rid, t, start, rep.trajectory, run.wire, rep.links))
+            self._timer_at(inflight, start + rep.trajectory.duration)
+        self._end_run(run, j, t)
+
+    def _end_run(self, run: Run, completed: int, inflight: Transfer | None) -> None:
+        run.completed, run.inflight, run.cut = completed, inflight, completed < run.steps
+        flows = float(run.template[7].sum())
+        self.stats["transfers"] += completed + (inflight is not None)
+        self.stats["flows"] += int(flows * (completed + (inflight is not None)))
+        self.stats["closed_form"] += completed + (inflight is not None)
+        run.done.succeed(run)
+
+    def _go_live(self, t: Transfer, start: float, trajectory: Trajectory, wire: np.ndarray) -> None:
+        """Turn a replayed batch back into live flows (something else is about to share its links)."""
+        elapsed = self.env.now - start
+        offsets = trajectory.offsets
+        done = offsets <= elapsed * (1 + 1e-12)
+        if done.any():
+            self._complete_replayed(t, start + offsets, done)
+        live = ~done
+        if live.any():
+            self._add_live(t, (wire - trajectory.sent(elapsed))[live], rates=trajectory.rates_at(elapsed)[live],
+                           index=np.flatnonzero(live))
+        self._note_loads()
+
+    # ---- link loads, for reports (only with a recorder that keeps them) -----------------------------------
+    def _loads(self, route: np.ndarray, rate: np.ndarray) -> np.ndarray:
+        """Bytes/s on every link of flows on routes `route` at `rate` each."""
+        lengths, starts, links = self.cluster.route_csr()
+        n = lengths[route]
+        offsets = np.repeat(starts[route] - (np.cumsum(n) - n), n)
+        return np.bincount(links[np.arange(int(n.sum())) + offsets], weights=np.repeat(rate, n),
+                           minlength=len(self.capacity))
+
+    def _note_loads(self) -> None:
+        """Record the live flows' link loads from now on."""
+        if self.link_loads is not None:
+            self.link_loads.set(self.env.now, self._loads(self._route, self._rate * self._weight))
+
+    def _note_replayed(self, rep: Replay, upto: float) -> None:
+        """Record a replayed batch's link loads: its segments that began before `upto` (seconds after its start);
+        run to the end (upto = inf), the loads drop to zero when its last byte is sent."""
+        if self.link_loads is None:
+            return
+        tr, t = rep.trajectory, rep.transfer
+        if tr.seg_loads is None:
+            tr.seg_loads = np.vstack([self._loads(t.route, rates * t.weight) for rates in tr.seg_rates])
+        for begin, load in zip(tr.seg_starts.tolist(), tr.seg_loads):
+            if begin >= upto:
+                break
+            self.link_loads.set(rep.start + begin, load)
+        if upto == np.inf:
+            self.link_loads.set(rep.start + tr.duration, np.zeros(len(self.capacity)))
 
     def _deliver(self, b: Transfer) -> None:
         if self.recorder is not None:
