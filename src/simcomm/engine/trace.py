@@ -1,8 +1,12 @@
 """The timeline of a simulation: every flow, memory operation, compute span and collective, with its times.
 
-Rows are kept as numpy chunks (one per batch) so recording costs little per flow; `detail="steps"` keeps only
-spans and collectives for very large runs. With "flows" detail the recorder also keeps each link's load (bytes/s
-on the wire, as the max-min solver assigned it) as a step function: only the links whose load changed, per change. Each record carries structured tags (e.g. collective, algorithm,
+Rows are kept as numpy chunks (one per batch) so recording costs little per flow. With "flows" detail the
+recorder also keeps each link's load (bytes/s on the wire, as the max-min solver assigned it) as a step function:
+only the links whose load changed, per change. `detail="steps"` is for very large runs: no per-flow rows or link
+loads, and the per-rank work inside a collective's steps (its reductions) is kept as one aggregate row per step or
+run of identical steps (`step_rows`), so memory grows with ranks plus steps, not with ranks x steps; operations
+(collectives, compute, memory_op, p2p) are still kept per rank. Each record carries structured tags (e.g.
+collective, algorithm,
 protocol, stage, microbatch, layer, phase, axis) that reports read directly; `label` is text for people.
 """
 from __future__ import annotations
@@ -31,6 +35,20 @@ class Activity:
     tags: Mapping = field(default_factory=lambda: NO_TAGS, compare=False)
 
 
+@dataclass(frozen=True)
+class StepRow:
+    """The per-rank work of `steps` identical collective steps, aggregated ("steps" detail)."""
+
+    kind: str
+    label: str
+    steps: int
+    ranks: int  # ranks that worked in each step
+    start: float  # of the first step's earliest work
+    end: float  # of the last step's latest work
+    amount: float  # over all ranks and steps
+    tags: Mapping = field(default_factory=lambda: NO_TAGS, compare=False)
+
+
 class Recorder:
     """Collects activities; `detail` is "flows" (everything) or "steps" (no per-flow rows)."""
 
@@ -42,6 +60,7 @@ class Recorder:
         self._flows: list[tuple] = []
         self._spans: list[tuple] = []
         self._ops: list[tuple] = []
+        self._step_rows: list[StepRow] = []
         self.link_loads = LinkLoads(len(cluster.link_capacity)) if detail == "flows" else None
 
     def flows(self, transfer) -> None:
@@ -54,6 +73,25 @@ class Recorder:
         self._spans.append((kind, np.array(ranks), np.array(start, dtype=float), np.array(end, dtype=float),
                             np.broadcast_to(np.asarray(amount, dtype=float), np.shape(ranks)).copy(), label,
                             tags))
+
+    def step_spans(self, kind: str, ranks, start, end, amount, label: str = "", tags: Mapping = NO_TAGS,
+                   steps: int = 1) -> None:
+        """Work done inside a collective step (a reduction on each of `ranks`): every rank's span in "flows"
+        detail, one aggregate row in "steps" detail. `steps` > 1 aggregates that many identical steps (then
+        start is the first step's, end the last step's, amount one step's); only "steps" detail accepts it."""
+        if self.detail == "flows":
+            if steps != 1:
+                raise ValueError("per-rank spans are recorded step by step")
+            self.spans(kind, ranks, start, end, amount, label, tags)
+            return
+        n = int(np.size(ranks))
+        total = float(np.sum(np.broadcast_to(np.asarray(amount, dtype=float), np.shape(ranks))))
+        self._step_rows.append(StepRow(kind, label, steps, n, float(np.min(start)), float(np.max(end)),
+                                       total * steps, tags))
+
+    def step_rows(self) -> list[StepRow]:
+        """The aggregated step rows ("steps" detail), in the order they were recorded."""
+        return list(self._step_rows)
 
     def op(self, rank: int, kind: str, start: float, end: float, nbytes: float, label: str = "", peer: int = -1,
            tags: Mapping = NO_TAGS):
