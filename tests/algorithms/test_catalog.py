@@ -40,12 +40,12 @@ def test_direct_plan_call_gives_the_schedule_run_collective_runs(name, kind):
     proc, _, _ = run_collective(sim, coll, None, name, "Simple")
     sim.env.run(proc)
     ran = sum(a.nbytes for a in sim.recorder.activities() if a.kind == "send")
-    planned = sum(float((st.nbytes * (1 if st.weight is None else st.weight)).sum())
+    planned = sum(float((st.nbytes * (1 if st.weight is None else st.weight)).sum()) * st.repeat
                   for st in algorithm(kind, name).plan(coll.placed(cluster), Buffers(None, coll.op)))
     assert ran == pytest.approx(planned, rel=1e-12)
     after = dataclasses.asdict(coll)
     assert after.keys() == before.keys() and coll.placement == Placement()  # nothing attached at run time
-    flat = sum(float((st.nbytes * (1 if st.weight is None else st.weight)).sum())
+    flat = sum(float((st.nbytes * (1 if st.weight is None else st.weight)).sum()) * st.repeat
                for st in algorithm(kind, name).plan(coll, Buffers(None, coll.op))) if name != "hierarchical" else 0
     if name == "ring":  # without a placement the ring is one flat ring: the same bytes in fewer, larger flows
         assert flat == pytest.approx(planned, rel=1e-12)

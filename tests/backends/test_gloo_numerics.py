@@ -213,11 +213,15 @@ def test_segmentation_facts():
     # all_reduce evens its segments; reduce caps them at 1 MiB (10 MB float32 over 3 ranks)
     assert segmentation(2_500_001, 3, 4) == (12, 833336, 833336)
     assert segmentation(2_500_001, 3, 4, "reduce") == (12, 1 << 20, 1 << 20)
-    # one step per ring stage, data or not
-    rows = np.zeros((5, 10), np.float32)
-    _, steps = _plan(gloo_all_reduce, "all_reduce", rows)
-    assert len(steps) == 8 and all((s.dst == (s.src - 1) % 5).all() for s in steps)
-    assert sum(int(s.nbytes.sum()) for s in steps) == 2 * (5 - 1) * 10 * 4  # 2(N-1) x the tensor
+    # one step per ring stage, data or not (uneven chunks 4, 4, 2, 0: each stage its own step)
+    _, steps = _plan(gloo_all_reduce, "all_reduce", np.zeros((4, 10), np.float32))
+    assert len(steps) == 6 and all((s.dst == (s.src - 1) % 4).all() for s in steps)
+    assert sum(int(s.nbytes.sum()) for s in steps) == 2 * (4 - 1) * 10 * 4  # 2(N-1) x the tensor
+    # even chunks: every stage of a phase is the same flows, one step repeated N-1 times
+    _, steps = _plan(gloo_all_reduce, "all_reduce", np.zeros((5, 10), np.float32))
+    assert [s.repeat for s in steps] == [4, 4] and [s.reduce for s in steps] == [True, False]
+    assert all((s.dst == (s.src - 1) % 5).all() for s in steps)
+    assert sum(int(s.nbytes.sum()) * s.repeat for s in steps) == 2 * (5 - 1) * 10 * 4
 
 
 # ---- a tutorial program: a three-rank chain of send/recv, then a softmax over ranks -------------------------

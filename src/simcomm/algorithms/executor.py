@@ -6,79 +6,282 @@ Latency: each rank carries the time its data is really ready; a flow's data arri
 its transfer time plus its route and protocol latency. Latency thus accumulates along each rank's chain of
 dependencies, as in NCCL's pipelined rings (latency counted per hop on a chunk's path), and the collective ends
 when the last rank is ready.
+
+Steps that repeat cost once. A plan marks a step that happens k times back to back (`Step.repeat`); after the
+first, the executor times the other k-1 in closed form when nothing else shares their links or their ranks'
+memory ("steps" detail): the network replays them with one event (FlowNetwork.run), the memory bookings are made
+lazily (DeviceQueue.hold) and the latency clocks advance on one clock per class of alike clocks (chains.py). If
+something does come along, the run is cut where it stands and the remaining steps go step by step, so contention
+is timed exactly as before.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..engine import NO_TAGS
 from ..engine.resources import reduction_bytes
-from .plan import Buffers, Collective, Plan
+from .chains import StepMap, advance
+from .plan import Buffers, Collective, Plan, Step
 from .protocols import Protocol
+
+_AMBIGUOUS = 1e-9  # relative: a closed form must not hinge on a comparison this close
+
+
+@dataclass
+class _Reduction:
+    """A step's reductions: group ranks `who`, bytes each moves through HBM."""
+
+    who: np.ndarray
+    traffic: np.ndarray
+
+
+class _Executor:
+    """One collective's clocks and the per-step work."""
+
+    def __init__(self, sim, coll: Collective, proto: Protocol, label: str, tags):
+        self.sim, self.coll, self.proto, self.label, self.tags = sim, coll, proto, label, tags
+        cluster = sim.cluster
+        self.rpn = cluster.ranks_per_node
+        self.fused = cluster.device.fused_reduction
+        self.hop_intra, self.hop_net = proto.hop(cluster.intra_node[2]), proto.hop("net")
+        self.ready = np.empty((1, coll.n))
+        self.flat_index: dict[tuple, tuple] = {}
+        self.seen: dict[int, tuple] = {}  # plans reuse the same flow arrays step after step
+        self.last: Step | None = None  # the step last timed step by step, with what it cost
+        self.last_cost: np.ndarray | None = None
+        self.last_reduction: _Reduction | None = None
+
+    # ---- one step, the general way -------------------------------------------------------------------------
+    def flows(self, st: Step):
+        key = id(st.src)
+        if key not in self.seen or self.seen[key][0] is not st.src:
+            ranks = self.coll.ranks
+            g_src, g_dst = ranks[st.src], ranks[st.dst]
+            extra = self.hop_intra if st.routes is not None else \
+                np.where(g_src // self.rpn == g_dst // self.rpn, self.hop_intra, self.hop_net)
+            self.seen[key] = (st.src, g_src, g_dst, extra)
+        return self.seen[key][1:]
+
+    def name(self, st: Step, index: int) -> str:
+        """A step's label; repeats are numbered (index of repeat, 1-based)."""
+        text = f"{self.label} {st.label}".strip()
+        return f"{text} {index}/{st.repeat}" if st.repeat > 1 else text
+
+    def begin(self, st: Step, index: int = 1):
+        g_src, g_dst, extra = self.flows(st)
+        return self.sim.network.transfer(g_src, g_dst, st.nbytes, label=self.name(st, index),
+                                         extra_latency=extra, wire_factor=self.proto.wire_factor,
+                                         routes=st.routes, weight=st.weight, with_latency=False, tags=self.tags)
+
+    def step(self, st: Step, index: int = 1):
+        """Time one step (repeat `index` of st): its flows, then what they feed (a generator of events)."""
+        t0 = self.sim.now
+        tr = self.begin(st, index) if len(st.src) else None
+        if tr is not None:
+            yield tr.done
+        yield from self.after(st, tr, t0)
+
+    def after(self, st: Step, tr, t0: float):
+        """Advance the clocks for a step that started at t0 once its transfer `tr` is done."""
+        sim = self.sim
+        floor = None
+        self.last, self.last_cost, self.last_reduction = st, None, None
+        if tr is not None:
+            cost = tr.finish - t0 + sim.network.latency_of(tr)
+            self.ready = _chain(self.ready, st, cost, t0, self.flat_index)
+            floor = t0 + float(cost.min())  # no receiver of this step is ready before this
+            self.last_cost = cost
+        red = self.reduction(st)
+        if red is None:
+            return
+        self.last_reduction = red
+        ranks = self.coll.ranks
+        ends = sim.memory.use(ranks[red.who], red.traffic, t0, label=f"{self.label} reduce", tags=self.tags,
+                              step=True)
+        ready = self.ready
+        if self.fused and floor is not None and ends.max() <= floor:
+            pass  # the reduction finished before any data it feeds could move on
+        elif self.fused and st.chains is not None and floor is not None:
+            # Only the chains this step fed wait for the reduction (their receivers, on their channels).
+            hbm = np.full(self.coll.n, -np.inf)
+            hbm[red.who] = ends
+            _, fdst = self.flat_index[(id(st.chains), ready.shape[1])][1:]
+            flat = ready.reshape(-1)
+            flat[fdst] = np.maximum(flat[fdst], hbm[st.chains[2]])
+        elif self.fused:
+            ready[:, red.who] = np.maximum(ready[:, red.who], ends)
+        else:
+            ready[:, red.who] += red.traffic / sim.memory.rate
+        if ends.max() > sim.now:
+            yield sim.at(float(ends.max()))
+
+    def reduction(self, st: Step) -> _Reduction | None:
+        who, amount = _reductions(st)
+        if who is None or not len(who):
+            return None
+        per_rank = np.bincount(who, weights=reduction_bytes(np.broadcast_to(amount, who.shape)),
+                               minlength=self.coll.n)
+        uniq = np.flatnonzero(per_rank)
+        if not len(uniq):  # nothing to reduce (empty chunks)
+            return None
+        return _Reduction(uniq, per_rank[uniq])
+
+    # ---- a run of repeats, in closed form ------------------------------------------------------------------
+    def repeats(self, st: Step, count: int):
+        """Time up to `count` repeats of `st` (just timed step by step) in closed form; returns how many were
+        timed (0: not possible now, time the next one step by step)."""
+        sim = self.sim
+        if self.last is not st or self.last_cost is None or not sim.closed_form or \
+                sim.recorder.detail != "steps":
+            return 0
+        g_src, g_dst, extra = self.flows(st)
+        net = sim.network
+        known = net.known(g_src, g_dst, st.nbytes, extra_latency=extra, wire_factor=self.proto.wire_factor,
+                          routes=st.routes, weight=st.weight)
+        if known is None:
+            return 0
+        duration, offsets, latency = known
+        red = self.last_reduction
+        timing = self.timing(st, duration, offsets, latency, red)
+        if timing is None:
+            return 0
+        stall, mode, work = timing
+        starts, ends = _starts(sim.now, count, duration, stall, float(work.max()) if stall else 0.0)
+        smap = self.step_map(st, offsets, latency, mode, red, work)
+        if smap is None:
+            return 0
+        run = net.run(g_src, g_dst, st.nbytes, starts, label=self.name(st, st.repeat - count + 1),
+                      extra_latency=extra, wire_factor=self.proto.wire_factor, routes=st.routes,
+                      weight=st.weight, tags=self.tags)
+        if run is None:
+            return 0
+        hold = None
+        if red is not None:
+            def conflict():
+                net.cut(run)
+                return run.completed
+            hold = sim.memory.hold(self.coll.ranks[red.who], red.traffic, starts, conflict,
+                                   label=f"{self.label} reduce", tags=self.tags, ends=ends)
+        yield run.done
+        done = run.completed
+        if hold is not None:
+            hold.settle(done)
+        shape = self.ready.shape
+        self.ready = advance(self.ready.reshape(-1), smap, starts[:done]).reshape(shape)
+        if run.inflight is not None:
+            tr = run.inflight
+            yield tr.done
+            yield from self.after(st, tr, tr.start)
+            return done + 1
+        if stall and done:
+            yield sim.at(float(ends[done - 1]))
+        return done
+
+    def timing(self, st: Step, duration: float, offsets, latency, red: _Reduction | None):
+        """How repeats of st go when their ranks' memory is free at the first one's start: (stall, mode, work)
+        where stall says the reductions end after the last byte (so the next repeat waits for them), mode what
+        they do to the clocks and work each reducing rank's reduction time. None when the memory is busy, or a
+        decision the step-by-step path makes each step is too close to call (float rounding could flip it)."""
+        if red is None:
+            return False, None, None
+        sim = self.sim
+        if (sim.memory.free_at[self.coll.ranks[red.who]] > sim.now).any():
+            return None
+        work = red.traffic / sim.memory.rate
+        longest = float(work.max())
+        cmin = float((offsets + latency).min())
+
+        def close(a, b):
+            return abs(a - b) <= _AMBIGUOUS * max(abs(a), abs(b), 1e-30)
+        if close(longest, duration) or (self.fused and close(longest, cmin)):
+            return None
+        stall = longest > duration
+        if stall and (work != longest).any():
+            return None  # uneven reductions that hold up the next step: the queue's rounding is not tracked
+        if not self.fused:
+            mode = "add"
+        elif longest < cmin:
+            mode = None  # done before anything it feeds moves on
+        else:
+            mode = "chains" if st.chains is not None else "ranks"
+        return stall, mode, work
+
+    def step_map(self, st: Step, offsets, latency, mode, red: _Reduction | None, work) -> StepMap | None:
+        """The step's effect on the flattened clocks (chains.StepMap), or None where it is not one such map."""
+        c, n = self.ready.shape
+        size = c * n
+        pred = np.full(size, -1, dtype=np.int64)
+        off = np.full(size, -np.inf)
+        lat = np.zeros(size)
+        if st.chains is None:
+            if c != 1 or len(np.unique(st.dst)) != len(st.dst):
+                return None  # a receiver with several senders (max over them): step by step
+            pred[st.dst], off[st.dst], lat[st.dst] = st.src, offsets, latency
+        else:
+            _, fsrc, fdst = self.flat_index[(id(st.chains), n)]
+            flow = st.chains[3]
+            # Of several same-step arrivals at one clock the executor keeps the last (see tree.py): so does this.
+            _, last = np.unique(fdst[::-1], return_index=True)
+            last = len(fdst) - 1 - last
+            y, f = fdst[last], flow[last]
+            pred[y], off[y], lat[y] = fsrc[last], offsets[f], latency[f]
+        smap = StepMap(pred, off, lat)
+        if mode is None:
+            return smap
+        per_rank = np.full(n, 0.0 if mode == "add" else -np.inf)
+        per_rank[red.who] = work
+        if mode == "add":
+            smap.add = np.tile(per_rank, c)
+        elif mode == "ranks":
+            smap.hbm = np.tile(per_rank, c)
+        else:  # "chains": the clocks this step fed, on their channels
+            smap.hbm = np.full(size, -np.inf)
+            fdst = self.flat_index[(id(st.chains), n)][2]
+            smap.hbm[fdst] = per_rank[st.chains[2]]
+        return smap
 
 
 def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol, label: str, tags=NO_TAGS):
     """A simpy process body: run `plan` for `coll` on `sim`; returns the finish time. The collective is recorded
     on each of its ranks with `tags`; its flows carry them too."""
-    cluster = sim.cluster
-    ranks = coll.ranks
-    rpn = cluster.ranks_per_node
-    intra = cluster.intra_node[2]
-    fused = cluster.device.fused_reduction
+    ex = _Executor(sim, coll, proto, label, tags)
     start = sim.now
     if proto.base_latency > 0:
         yield sim.env.timeout(proto.base_latency)  # launch and setup, before any byte moves
-    ready = np.full((1, coll.n), float(sim.now))  # per (channel, group rank)
-    flat_index: dict[int, tuple] = {}
-    hop_intra, hop_net = proto.hop(intra), proto.hop("net")
-    seen: dict[int, tuple] = {}  # plans reuse the same flow arrays step after step
+    ex.ready = np.full((1, coll.n), float(sim.now))  # per (channel, group rank)
     for st in plan(coll, buffers):
-        t0 = sim.now
-        if len(st.src):
-            key = id(st.src)
-            if key not in seen or seen[key][0] is not st.src:
-                g_src, g_dst = ranks[st.src], ranks[st.dst]
-                extra = hop_intra if st.routes is not None else np.where(g_src // rpn == g_dst // rpn, hop_intra,
-                                                                          hop_net)
-                seen[key] = (st.src, g_src, g_dst, extra)
-            _, g_src, g_dst, extra = seen[key]
-            tr = sim.network.transfer(g_src, g_dst, st.nbytes, label=f"{label} {st.label}".strip(),
-                                      extra_latency=extra, wire_factor=proto.wire_factor, routes=st.routes,
-                                      weight=st.weight, with_latency=False, tags=tags)
-            yield tr.done
-            cost = tr.finish - t0 + sim.network.latency_of(tr)
-            ready = _chain(ready, st, cost, t0, flat_index)
-            floor = t0 + float(cost.min())  # no receiver of this step is ready before this
-        who, amount = _reductions(st)
-        if who is not None and len(who):
-            per_rank = np.bincount(who, weights=reduction_bytes(np.broadcast_to(amount, who.shape)),
-                                   minlength=coll.n)
-            uniq = np.flatnonzero(per_rank)
-            per_rank = per_rank[uniq]
-            if not len(uniq):  # nothing to reduce (empty chunks)
-                continue
-            # Fused kernels reduce while receiving; otherwise the reduction follows the data's arrival.
-            ends = sim.memory.use(ranks[uniq], per_rank, t0, label=f"{label} reduce", tags=tags)
-            if fused and len(st.src) and ends.max() <= floor:
-                pass  # the reduction finished before any data it feeds could move on
-            elif fused and st.chains is not None and len(st.src):
-                # Only the chains this step fed wait for the reduction (their receivers, on their channels).
-                hbm = np.full(coll.n, -np.inf)
-                hbm[uniq] = ends
-                _, fdst = flat_index[(id(st.chains), ready.shape[1])][1:]
-                flat = ready.reshape(-1)
-                flat[fdst] = np.maximum(flat[fdst], hbm[st.chains[2]])
-            elif fused:
-                ready[:, uniq] = np.maximum(ready[:, uniq], ends)
-            else:
-                ready[:, uniq] += per_rank / sim.memory.rate
-            if ends.max() > sim.now:
-                yield sim.at(float(ends.max()))
-    end = max(float(ready.max()), sim.now)
+        left = max(int(st.repeat), 1)
+        while left:
+            done = (yield from ex.repeats(st, left)) if left > 1 and ex.last is st else 0
+            if not done:
+                yield from ex.step(st, st.repeat - left + 1)
+                done = 1
+            left -= done
+    end = max(float(ex.ready.max()), sim.now)
     if end > sim.now:
         yield sim.at(end)
-    sim.recorder.spans("collective", ranks, start, sim.now, coll.nbytes, label, tags)
+    sim.recorder.spans("collective", coll.ranks, start, sim.now, coll.nbytes, label, tags)
     return sim.now
+
+
+def _starts(now: float, count: int, duration: float, stall: bool, work: float = 0.0):
+    """Start times of `count` back-to-back repeats and when each one's reductions end (if they hold up the next
+    repeat, by `work` each), with the float arithmetic of timing them one by one."""
+    starts = np.empty(count)
+    ends = np.empty(count) if stall else None
+    t, free = now, -np.inf
+    for j in range(count):
+        starts[j] = t
+        end = t + duration
+        if stall:
+            free = max(free, t) + work
+            ends[j] = free
+            t = end + (free - end)
+        else:
+            t = end
+    return starts, ends
 
 
 def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index: dict) -> np.ndarray:
@@ -105,7 +308,6 @@ def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index: dict)
     # Each (channel, receiver) has one predecessor in a chain step, so plain assignment is the max.
     flat[fdst] = np.maximum(flat[fdst], arrival)
     return ready
-
 
 
 def _max_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:

@@ -68,29 +68,44 @@ def hierarchical_all_reduce(coll: Collective, buf: Buffers):
     pos = np.repeat(np.arange(nn), ll)  # node position of each inter-node flow's sender
     src_inter = grid.reshape(-1)
     dst_inter = grid[(np.arange(nn) + 1) % nn].reshape(-1)
-    if ll > 1:
-        for s in range(ll - 1):
-            c = (loc - s - 1) % ll
-            yield step(src_intra, dst_intra, chunk_bytes[c], reduce=True, label=f"intra reduce-scatter {s + 1}")
+    # Equal chunks make every step of a phase the same flows: one step repeated (the executor times it once).
+    even_intra = bool((chunk_bytes == chunk_bytes[0]).all())
+    even_inter = bool((part_bytes == part_bytes.flat[0]).all())
+
+    def phase(steps, src, dst, sizes, reduce, name, even, move):
+        if not steps:
+            return
+        for s in range(1 if even else steps):
+            nbytes = sizes(0).flat[0] if even else sizes(s)
+            yield step(src, dst, nbytes, reduce=reduce, label=name if even else f"{name} {s + 1}",
+                       repeat=steps if even else 1)
             if work is not None:
-                work[dst_intra, c] = combine(buf.op, work[dst_intra, c], work[src_intra, c])
+                for s2 in range(steps) if even else (s,):
+                    move(s2)
+
+    def intra(s, reduce):
+        c = (loc - s - 1) % ll if reduce else (loc - s) % ll
+        if reduce:
+            work[dst_intra, c] = combine(buf.op, work[dst_intra, c], work[src_intra, c])
+        else:
+            work[dst_intra, c] = work[src_intra, c]
+
+    def inter(s, reduce):
+        q = (pos - s - 1) % nn if reduce else (pos - s) % nn
+        if reduce:
+            work[dst_inter, loc, q] = combine(buf.op, work[dst_inter, loc, q], work[src_inter, loc, q])
+        else:
+            work[dst_inter, loc, q] = work[src_inter, loc, q]
+
+    yield from phase(ll - 1, src_intra, dst_intra, lambda s: chunk_bytes[(loc - s - 1) % ll], True,
+                     "intra reduce-scatter", even_intra, lambda s: intra(s, True))
     if nn > 1:
-        for s in range(nn - 1):
-            q = (pos - s - 1) % nn
-            yield step(src_inter, dst_inter, part_bytes[loc, q], reduce=True, label=f"inter reduce-scatter {s + 1}")
-            if work is not None:
-                work[dst_inter, loc, q] = combine(buf.op, work[dst_inter, loc, q], work[src_inter, loc, q])
-        for s in range(nn - 1):
-            q = (pos - s) % nn
-            yield step(src_inter, dst_inter, part_bytes[loc, q], label=f"inter all-gather {s + 1}")
-            if work is not None:
-                work[dst_inter, loc, q] = work[src_inter, loc, q]
-    if ll > 1:
-        for s in range(ll - 1):
-            c = (loc - s) % ll
-            yield step(src_intra, dst_intra, chunk_bytes[c], label=f"intra all-gather {s + 1}")
-            if work is not None:
-                work[dst_intra, c] = work[src_intra, c]
+        yield from phase(nn - 1, src_inter, dst_inter, lambda s: part_bytes[loc, (pos - s - 1) % nn], True,
+                         "inter reduce-scatter", even_inter, lambda s: inter(s, True))
+        yield from phase(nn - 1, src_inter, dst_inter, lambda s: part_bytes[loc, (pos - s) % nn], False,
+                         "inter all-gather", even_inter, lambda s: inter(s, False))
+    yield from phase(ll - 1, src_intra, dst_intra, lambda s: chunk_bytes[(loc - s) % ll], False,
+                     "intra all-gather", even_intra, lambda s: intra(s, False))
     if work is not None:
         buf.rows[:] = work.reshape(n, -1)[:, :coll.count]
 

@@ -32,16 +32,20 @@ class Step:
     # Dependency chains when flows are merged across channels: (channel, src, dst, index of the merged flow).
     # Latency accumulates per (channel, rank); without chains every flow is its own chain on channel 0.
     chains: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    # The step happens this many times back to back (identical flows, sizes and chains): the executor times a
+    # run of repeats in closed form, and the plan moves the data of all of them before yielding again.
+    repeat: int = 1
 
 
-def step(src, dst, nbytes, reduce: bool = False, label: str = "", weight=None, chains=None) -> Step:
+def step(src, dst, nbytes, reduce: bool = False, label: str = "", weight=None, chains=None,
+         repeat: int = 1) -> Step:
     # Keep the caller's 1-D arrays as they are: the engine recognises a plan repeating its flows by identity.
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     src, dst = (src if src.ndim == 1 else src.ravel()), (dst if dst.ndim == 1 else dst.ravel())
     nb = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else \
         np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
-    return Step(src, dst, nb, reduce, label, weight=weight, chains=chains)
+    return Step(src, dst, nb, reduce, label, weight=weight, chains=chains, repeat=repeat)
 
 
 @dataclass(frozen=True)

@@ -93,15 +93,15 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
     src = orders.reshape(-1)
     dst = np.roll(orders, -1, axis=1).reshape(-1)
     pos = np.tile(np.arange(n), channels)
-    for s in range(n - 1):
-        yield step(src_f, dst_f, nbytes, reduce=True, label=f"reduce-scatter {s + 1}/{n - 1}", weight=weight,
-                   chains=chains)
-        if x is not None:
+    # Every step moves the same flows: one step repeated n-1 times per phase (the executor times repeats once).
+    yield step(src_f, dst_f, nbytes, reduce=True, label="reduce-scatter", weight=weight, chains=chains,
+               repeat=n - 1)
+    if x is not None:
+        for s in range(n - 1):
             blk = chunk_of[(pos - s) % n]
             incoming = x[src, ch, blk] if s == 0 else acc[ch, blk]
             acc[ch, blk] = _combine(buf, x[dst, ch, blk], incoming)
-    for s in range(n - 1):
-        yield step(src_f, dst_f, nbytes, label=f"all-gather {s + 1}/{n - 1}", weight=weight, chains=chains)
+    yield step(src_f, dst_f, nbytes, label="all-gather", weight=weight, chains=chains, repeat=n - 1)
     if acc is not None:
         buf.rows = np.broadcast_to(acc.reshape(-1)[:coll.count], (n, coll.count))
 
@@ -128,10 +128,10 @@ def _ring_blocks(coll: Collective, buf: Buffers, reduce: bool):
     dst = np.roll(orders, -1, axis=1).reshape(-1)
     pos = np.tile(np.arange(n), channels)
     name = "reduce-scatter" if reduce else "all-gather"
-    for s in range(n - 1):
-        yield step(src_f, dst_f, per * coll.itemsize, reduce=reduce, label=f"{name} {s + 1}/{n - 1}",
-                   weight=weight, chains=chains)
-        if x is not None:
+    yield step(src_f, dst_f, per * coll.itemsize, reduce=reduce, label=name, weight=weight, chains=chains,
+               repeat=n - 1)
+    if x is not None:
+        for s in range(n - 1):
             # The block owned by the rank at ring position j starts its journey at position j+1.
             blk = orders[ch, (pos - s - 1) % n]
             incoming = x[src, blk, ch] if s == 0 else acc[blk, ch]
@@ -166,6 +166,32 @@ def pipeline_slices(nbytes: int) -> int:
     return int(min(MAX_SLICES, max(1, -(-nbytes // SLICE_BYTES))))
 
 
+def _stages(order: np.ndarray, slices: int, true: np.ndarray):
+    """The stages of a chain pipelined in `slices` along `order`: (src, dst, slice of each hop, bytes, stages).
+
+    Stage t moves slice t - h over hop h. Consecutive stages in which every hop moves a full-size slice are the
+    same flows: they come as one group (stages > 1) with the same arrays, for the executor to time once."""
+    n = len(order)
+    hops = np.arange(n - 1)
+    full = true[0] if len(true) else 0
+    steady = None
+    t, total = 0, n - 1 + slices - 1
+    while t < total:
+        j = t - hops
+        ok = (j >= 0) & (j < slices)
+        if ok.all() and (true[j] == full).all():
+            end = t
+            while end + 1 < total and (end + 1 - hops[-1]) >= 0 and end + 1 < slices and true[end + 1] == full:
+                end += 1
+            if steady is None:
+                steady = (order[hops], order[hops + 1])
+            yield steady[0], steady[1], [t - hops for t in range(t, end + 1)], full, end + 1 - t
+            t = end + 1
+            continue
+        yield order[hops[ok]], order[hops[ok] + 1], [j[ok]], true[j[ok]], 1
+        t += 1
+
+
 def chain_broadcast(coll: Collective, buf: Buffers, slices: int | None = None):
     """Root -> root+1 -> ... pipelined in `slices`: n-1+slices-1 stages of count/slices elements."""
     n = coll.n
@@ -175,14 +201,13 @@ def chain_broadcast(coll: Collective, buf: Buffers, slices: int | None = None):
     order = _chain(coll)
     per, true = _split(coll.count, slices)
     work = _chunked(buf.rows, slices, per) if buf.live else None
-    for t in range(n - 1 + slices - 1):
-        hops = np.arange(n - 1)
-        j = t - hops
-        ok = (j >= 0) & (j < slices)
-        src, dst, js = order[hops[ok]], order[hops[ok] + 1], j[ok]
-        yield step(src, dst, true[js] * coll.itemsize, label=f"broadcast stage {t + 1}")
+    t = 0
+    for src, dst, js, nbytes, repeat in _stages(order, slices, true):
+        yield step(src, dst, nbytes * coll.itemsize, label=f"broadcast stage {t + 1}", repeat=repeat)
+        t += repeat
         if work is not None:
-            work[dst, js] = work[src, js]
+            for j in js:
+                work[dst, j] = work[src, j]
     if work is not None:
         buf.rows[:] = work.reshape(n, -1)[:, :coll.count]
 
@@ -196,14 +221,13 @@ def chain_reduce(coll: Collective, buf: Buffers, slices: int | None = None):
     order = _chain(coll)[::-1]  # the far end first, the root last
     per, true = _split(coll.count, slices)
     work = _chunked(buf.rows, slices, per) if buf.live else None
-    for t in range(n - 1 + slices - 1):
-        hops = np.arange(n - 1)
-        j = t - hops
-        ok = (j >= 0) & (j < slices)
-        src, dst, js = order[hops[ok]], order[hops[ok] + 1], j[ok]
-        yield step(src, dst, true[js] * coll.itemsize, reduce=True, label=f"reduce stage {t + 1}")
+    t = 0
+    for src, dst, js, nbytes, repeat in _stages(order, slices, true):
+        yield step(src, dst, nbytes * coll.itemsize, reduce=True, label=f"reduce stage {t + 1}", repeat=repeat)
+        t += repeat
         if work is not None:
-            work[dst, js] = _combine(buf, work[dst, js], work[src, js])
+            for j in js:
+                work[dst, j] = _combine(buf, work[dst, j], work[src, j])
     if work is not None:
         buf.rows[coll.root] = work.reshape(n, -1)[coll.root, :coll.count]
 

@@ -1,0 +1,99 @@
+"""The executor's latency clocks over a run of identical steps, advanced on one clock per class.
+
+A step started at time T updates the clocks r (one per (channel, rank), flattened) as the executor's step does,
+with the same floating-point operations in the same order:
+
+    arrival = max(r[p[y]], T) + (((T + off[y]) - T) + lat[y])    for a clock y fed by clock p[y] this step
+    r[y] = max(r[y], arrival)
+    r[y] = r[y] + add[y]             (reductions not fused with the transfer: they delay the data)
+    r[y] = max(r[y], T + hbm[y])     (fused reductions that end after the data could move on)
+
+off is the flow's offset of its last byte from the step's start, lat its latency; clocks fed by nothing have
+off = -inf, and add = 0, hbm = -inf where they do not apply. Identical steps apply the same map while T advances.
+
+Clocks whose pasts look alike stay bitwise equal: two clocks are equivalent when the labels (value, off, lat,
+add, hbm) along their chains of predecessors agree as far back as the run reaches. Pointer doubling finds these
+classes in O(log steps) passes over the clocks; the run is then iterated on one clock per class, which gives the
+very numbers the step-by-step path gives. A symmetric pattern (a ring: a few classes per channel whatever its
+length) thus costs O(classes) per step instead of O(ranks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class StepMap:
+    """One step's effect on the clocks (see the module docstring)."""
+
+    pred: np.ndarray  # int64 per clock, -1 for none
+    off: np.ndarray
+    lat: np.ndarray
+    add: np.ndarray | None = None
+    hbm: np.ndarray | None = None
+
+    def labels(self) -> tuple[np.ndarray, ...]:
+        return tuple(x for x in (self.off, self.lat, self.add, self.hbm) if x is not None)
+
+
+def _ids(keys: np.ndarray, bound: int) -> np.ndarray:
+    """Dense ids (0, 1, ... in key order) of non-negative integer keys below `bound`."""
+    if bound <= 4 * len(keys) + (1 << 20):  # a table beats sorting
+        seen = np.zeros(bound, dtype=bool)
+        seen[keys] = True
+        return (np.cumsum(seen) - 1)[keys]
+    return np.unique(keys, return_inverse=True)[1].reshape(-1)
+
+
+def _factorize(*columns: np.ndarray) -> np.ndarray:
+    """Dense ids of the distinct rows of the given equal-length columns."""
+    ids = np.zeros(len(columns[0]), dtype=np.int64)
+    count = 1
+    for col in columns:
+        values, inv = np.unique(col, return_inverse=True)
+        ids = _ids(ids * len(values) + inv.reshape(-1), count * len(values))
+        count = int(ids.max()) + 1
+    return ids
+
+
+def clock_classes(r: np.ndarray, m: StepMap, steps: int) -> np.ndarray:
+    """Class id of every clock such that clocks of one class stay equal for `steps` applications of m."""
+    cls = _factorize(r, *m.labels())
+    jump = m.pred.copy()
+    reach = 1  # cls says the label sequences agree for this many predecessors back
+    while reach <= steps:
+        before = int(cls.max()) + 1
+        back = np.where(jump >= 0, cls[np.maximum(jump, 0)], -1)
+        cls = _ids(cls * (before + 1) + back + 1, before * (before + 1))
+        if int(cls.max()) + 1 == before:
+            break  # no class split: the partition is stable for any number of steps
+        jump = np.where(jump >= 0, jump[np.maximum(jump, 0)], -1)
+        reach *= 2
+    return cls
+
+
+def advance(r: np.ndarray, m: StepMap, starts: np.ndarray) -> np.ndarray:
+    """The clocks after applying m once at each start time in `starts` (in order)."""
+    if not len(starts):
+        return r
+    cls = clock_classes(r, m, len(starts))
+    _, rep = np.unique(cls, return_index=True)  # one clock per class, classes in id order
+    q = len(rep)
+    pred = m.pred[rep]
+    back = np.where(pred >= 0, cls[np.maximum(pred, 0)], q)  # q: a slot that stays -inf
+    off, lat = m.off[rep], m.lat[rep]
+    add = None if m.add is None else m.add[rep]
+    hbm = None if m.hbm is None else m.hbm[rep]
+    clocks = np.append(r[rep], -np.inf)
+    cur = clocks[:q]
+    for t in starts.tolist():
+        arrival = np.maximum(clocks[back], t)
+        arrival += (t + off) - t + lat
+        np.maximum(cur, arrival, out=cur)
+        if add is not None:
+            cur += add
+        if hbm is not None:
+            np.maximum(cur, t + hbm, out=cur)
+    return cur[cls]
