@@ -6,8 +6,8 @@ only the links whose load changed, per change. `detail="steps"` is for very larg
 loads, and the per-rank work inside a collective's steps (its reductions) is kept as one aggregate row per step or
 run of identical steps (`step_rows`), so memory grows with ranks plus steps, not with ranks x steps; operations
 (collectives, compute, memory_op, p2p) are still kept per rank. Each record carries structured tags (e.g.
-collective, algorithm,
-protocol, stage, microbatch, layer, phase, axis) that reports read directly; `label` is text for people.
+collective, algorithm, protocol, stage, microbatch, layer, phase, axis) that reports read directly; `label` is text
+for people.
 """
 from __future__ import annotations
 
