@@ -13,6 +13,8 @@ from ..fields import Base, described
 from ..vocab import did_you_mean
 from .base import RunResult, Workload, resolve_detail
 from .checks import check_ranks
+from .traffic import bytes_sent, losses
+from ..units import format_size
 
 
 # ---- the spec ----------------------------------------------------------------------------------------------
@@ -38,8 +40,24 @@ def resolve_program(spec: str):
     return getattr(importlib.import_module(module), func)
 
 
+def _without_loss(result):
+    """A returned mapping without the loss the report shows in its own column."""
+    return {k: v for k, v in result.items() if k != "loss"} if isinstance(result, dict) else result
+
+
+def _brief(v):
+    """Arrays (and lists of them) as their shapes, so a result of weights reads as what it holds."""
+    if hasattr(v, "shape") and hasattr(v, "dtype"):
+        return f"<{v.dtype} {'x'.join(map(str, v.shape)) or 'scalar'}>"
+    if isinstance(v, (list, tuple)) and v and all(hasattr(x, "shape") for x in v):
+        return f"<{len(v)} arrays>"
+    if isinstance(v, dict):
+        return {k: _brief(x) for k, x in v.items()}
+    return v
+
+
 def _short(v) -> str:
-    text = repr(v)
+    text = repr(_brief(v)).replace("'<", "<").replace(">'", ">")
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -75,16 +93,42 @@ class ProgramWorkload(Workload):
                 comm[a.rank] += a.end - a.start
         rows = [{"rank": r, "device": cluster.rank_name(r), "finish": res.finish_times[r],
                  "collective_time": comm[r], "result": res.results[r]} for r in range(n)]
-        return RunResult(name, self.kind, cluster, rows, res.simulation)
+        out = RunResult(name, self.kind, cluster, rows, res.simulation)
+        sent = bytes_sent(res.simulation, n)
+        ranks = []
+        for r in range(n):
+            first, last, steps = losses(res.results[r])
+            ranks.append({"rank": r, **(sent[r] if sent else {}), "loss_first": first, "loss_last": last,
+                          "steps": steps})
+        out.details["ranks"] = ranks
+        return out
 
     def summary(self, result: RunResult) -> list[dict]:
         return [{"ranks": len(result.rows), "elapsed": result.elapsed,
                  "collective_time": max((r["collective_time"] for r in result.rows), default=0.0)}]
 
     def report(self, result: RunResult) -> list:
-        table = [(r["rank"], r["device"], r["finish"] * 1e6, r["collective_time"] * 1e6, _short(r["result"]))
-                 for r in result.rows]
-        return [("ranks", ["rank", "device", "finish (us)", "in collectives (us)", "result"], table)]
+        extra = result.details.get("ranks") or [{} for _ in result.rows]
+        has_sent = any("collective" in e for e in extra)
+        has_loss = any(e.get("steps") for e in extra)
+        headers = ["rank", "device", "finish (us)", "in collectives (us)"]
+        headers += ["sent by collectives", "sent point-to-point"] if has_sent else []
+        headers += ["loss (first -> last)"] if has_loss else []
+        table = []
+        for r, e in zip(result.rows, extra):
+            row = [r["rank"], r["device"], r["finish"] * 1e6, r["collective_time"] * 1e6]
+            if has_sent:
+                row += [format_size(e["collective"]),
+                        f"{format_size(e['p2p'])} in {e['p2p_messages']} message{'s' * (e['p2p_messages'] != 1)}"]
+            if has_loss:
+                row.append("-" if e.get("loss_last") is None else
+                           f"{e['loss_first']:.6g} -> {e['loss_last']:.6g} ({e['steps']} steps)")
+            table.append(row + [_short(_without_loss(r["result"]) if has_loss else r["result"])])
+        blocks = [("ranks", headers + ["result"], table)]
+        if not has_sent:
+            blocks.append("bytes sent per rank are counted from recorded flows: run with model.detail 'flows' "
+                          "(the default up to 64 ranks) to see them")
+        return blocks
 
 
 WORKLOAD = ProgramWorkload()
