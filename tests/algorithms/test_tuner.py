@@ -218,3 +218,32 @@ def test_the_choice_keeps_what_the_tuner_weighed(preset, nodes, size):
     assert times == sorted(times)
     for a, p, t in choice.weighed:
         assert t == predict(c, x, a, p)
+
+
+def test_two_node_tree_is_predicted_from_the_bytes_it_sends_across():
+    """Issue 11: on 2 nodes with 200 Gb/s NICs the tuner chose ring (199 GB/s simulated) while tree simulated
+    360 GB/s. The tree sends each node's data across once per direction, the ring 2(n-1)/n of it (the recorded
+    link loads show both); the prediction must charge the tree for its own bytes, so the tuner picks it."""
+    from simcomm.report.links import link_usage
+    from simcomm.session import Session
+    c = build_cluster("hgx-h100", nodes=2, overrides={"nic_bandwidth": 25e9})
+    size = GIB
+    x = coll("all_reduce", 16, size)
+    simulated, egress = {}, {}
+    for algo in ("ring", "tree"):
+        s = Session(c, detail="flows")
+        op = s.collective("all_reduce", range(16), size, algorithm=algo, protocol="Simple")
+        s.run(op)
+        simulated[algo] = op.record.time
+        usage = link_usage(s.sim.recorder.link_loads, c)
+        egress[algo] = sum(u.nbytes for u in usage if u.name.startswith("n0.nic") and "->n0." not in u.name)
+    assert egress["ring"] == pytest.approx(2 * 15 / 16 * size, rel=1e-9)
+    assert egress["tree"] == pytest.approx(size, rel=1e-9)
+    assert simulated["tree"] < 0.6 * simulated["ring"]
+    choice = choose(c, x)
+    assert choice.algorithm == "tree"
+    for algo, tol in (("ring", 0.05), ("tree", 0.2)):  # NCCL's tree model is conservative (0.92, algbw half)
+        assert predict(c, x, algo, "Simple") == pytest.approx(simulated[algo], rel=tol)
+    # With NDR (400 Gb/s) the NICs no longer bind the ring; NCCL's model keeps ring there, as before.
+    ndr = build_cluster("hgx-h100", nodes=2)
+    assert choose(ndr, coll("all_reduce", 16, size)).algorithm == "ring"

@@ -280,11 +280,18 @@ TREE_EFFICIENCY = 0.92  # NCCL tuning.cc: tree all_reduce busBw
 
 
 def _predict_all_reduce(m: CostModel, coll: Collective) -> float:
-    """NCCL's tree model: base + 2 * ((ppn - 1) * intraLat + log2i(nNodes) * interLat); busBw x 0.92, algbw half."""
+    """NCCL's tree model: base + 2 * ((ppn - 1) * intraLat + log2i(nNodes) * interLat); busBw x 0.92, algbw half.
+
+    busBw is the per-GPU link inside a node, and across nodes also what the node's NICs carry: on 2 nodes each
+    node sends its data across once per direction (the two trees are each other's mirror), half what a ring
+    sends (2(n-1)/n of it), so the NICs allow twice the ring's figure (NCCL's search likewise lets a 2-node tree
+    run its intra-node bandwidth up to twice the inter-node one); on more nodes an interior node forwards to two
+    children and the NICs allow the ring's figure."""
     size = float(coll.nbytes)
     depth = int(math.floor(math.log2(m.nodes))) if m.nodes > 1 else 0
     lat = m.proto.base_latency + 2 * ((m.ppn - 1) * m.intra_lat + depth * m.inter_lat)
-    bus = (m.intra_bw if m.nodes <= 1 else min(m.intra_bw, m.node_net)) * TREE_EFFICIENCY
+    net = m.node_net * (2 if m.nodes == 2 else 1)
+    bus = (m.intra_bw if m.nodes <= 1 else min(m.intra_bw, net)) * TREE_EFFICIENCY
     t = size / (m.proto_bw(bus) * 0.5)
     if not m.fused:  # gloo-style reductions, pipelined with the slices
         t = max(t, 3 * size / m.mem_bw)
