@@ -225,7 +225,9 @@ def test_link_loads_are_the_solver_rates(flows, repeats):
     got = link_bytes(loads)
     assert set(got) <= set(expected)
     for link, nb in expected.items():
-        assert got.get(link, 0.0) == pytest.approx(nb, rel=1e-9, abs=1e-3)
+        # A flow within a relative hair (1e-12 of the clock) of its end finishes at once: bytes it leaves unsent
+        slack = H100_2.link_capacity[link] * 1e-12 * sim.now * len(flows) * repeats
+        assert got.get(link, 0.0) == pytest.approx(nb, rel=1e-9, abs=slack + 1e-3)
     for link, (t, r) in loads.steps().items():
         assert (r <= H100_2.link_capacity[link] * (1 + 1e-9)).all() and r[-1] == 0 and (np.diff(t) > 0).all()
 
