@@ -44,3 +44,15 @@ class UnitError(SimcommError, ValueError):
 
 class HardwareError(SimcommError, ValueError):
     """A hardware description is inconsistent (unknown vertex, missing link, bad figure)."""
+
+
+class OutOfMemoryError(SimcommError):
+    """A training layout needs more device memory than the GPU has. Names the GPU, its capacity, what it needs and
+    the largest consumers (`consumers`: category -> bytes, largest first)."""
+
+    def __init__(self, message: str, rank: int, capacity: float, needed: float, consumers: dict[str, float]):
+        super().__init__(message)
+        self.rank = rank
+        self.capacity = capacity
+        self.needed = needed
+        self.consumers = consumers

@@ -34,6 +34,8 @@ class TransformerConfig:
     normalization: str = "LayerNorm"  # or "RMSNorm"
     position_embedding_type: str = "learned_absolute"  # or "rope"
     add_bias_linear: bool = True
+    attention_dropout: float = 0.1  # Megatron-LM's defaults; dropout masks cost activation memory
+    hidden_dropout: float = 0.1
     name: str = ""
 
     def __post_init__(self):
@@ -54,6 +56,10 @@ class TransformerConfig:
         if a % self.num_query_groups:
             raise ModelConfigError(f"num_attention_heads {a} is not divisible by num_query_groups "
                                    f"{self.num_query_groups}")
+        for f in ("attention_dropout", "hidden_dropout"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ModelConfigError(f"{f} must be a probability in [0, 1), got {v!r}")
         if self.normalization not in ("LayerNorm", "RMSNorm"):
             raise ModelConfigError(f"normalization must be LayerNorm or RMSNorm, got {self.normalization!r}")
         if self.position_embedding_type not in ("learned_absolute", "rope"):
@@ -91,7 +97,7 @@ class TransformerConfig:
 
 _LLAMA = dict(swiglu=True, untie_embeddings_and_output_weights=True, normalization="RMSNorm",
               position_embedding_type="rope", add_bias_linear=False, padded_vocab_size=128256, seq_length=8192,
-              num_query_groups=8)
+              num_query_groups=8, attention_dropout=0.0, hidden_dropout=0.0)
 # Sources: GPT-3: Brown et al. 2020 Table 2.1 (as trained in Narayanan et al. 2021: V = 51200, s = 2048);
 # Llama 3: Meta's model cards and "The Llama 3 Herd of Models" Table 3.
 PRESETS: dict[str, TransformerConfig] = {

@@ -1,0 +1,218 @@
+"""Device memory of a training layout: model state by ZeRO stage, activations per layer by listing the tensors each
+layer saves for its backward, the pipeline schedule's peak, and a clear out-of-memory error.
+
+Model state (bytes per parameter; shared/reference/training-cost-model.md section 4): P (parameters) + G
+(gradient buffer) + O (optimizer: fp32 master copy unless the parameters are fp32, Adam's two moments, and an fp32
+gradient copy when gradients are 16-bit and `fp32_grad_copy`). ZeRO-1 shards O, ZeRO-2 also G, ZeRO-3 also P over
+the data-parallel ranks (widened by context parallelism, as Megatron-LM's distributed optimizer does). This gives
+ZeRO's 16 / 4+12/N / 2+14/N / 16/N (fp16 P and G, no grad copy) and Megatron-LM's 18 -> 6+12/d (bf16 with fp32
+gradients), 20 -> 4+16/d (fp16) and 16 -> 8+8/d (fp32).
+
+Activations: `saved_tensors` lists what one layer keeps per micro-batch on one GPU; for a GPT block with dropout
+and a materialised attention matrix it reproduces Korthikanti et al. 2022 Table 2 (sbh(34 + 5as/h) and its TP,
+SP and selective-recompute forms). Flash attention keeps the output and the log-sum-exp instead of s x s matrices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...errors import OutOfMemoryError
+from ...units import format_size
+from ..pipeline_parallel.schedules import FORWARD
+from .flops import attention_params, embedding_params, mlp_params, norm_params
+from .layer_ops import LayerShape
+
+
+# ---- model state -----------------------------------------------------------------------------------------------
+def optimizer_bytes(param_bytes: int, grad_bytes: int, fp32_grad_copy: bool = True) -> int:
+    """Adam's state per parameter: fp32 master weights (unless the parameters are fp32), two fp32 moments, and an
+    fp32 copy of 16-bit gradients when `fp32_grad_copy` (Megatron-LM's fp16 path)."""
+    return (4 if param_bytes < 4 else 0) + 8 + (4 if fp32_grad_copy and grad_bytes < 4 else 0)
+
+
+def bytes_per_parameter(param_bytes: int, grad_bytes: int, zero_stage: int, shards: int,
+                        fp32_grad_copy: bool = True) -> dict[str, float]:
+    """{weights, gradients, optimizer_state} bytes per parameter under ZeRO stage 0-3 over `shards` ranks."""
+    p, g, o = float(param_bytes), float(grad_bytes), float(optimizer_bytes(param_bytes, grad_bytes, fp32_grad_copy))
+    if zero_stage >= 1:
+        o /= shards
+    if zero_stage >= 2:
+        g /= shards
+    if zero_stage >= 3:
+        p /= shards
+    return {"weights": p, "gradients": g, "optimizer_state": o}
+
+
+def stage_parameters(layout, rank: int) -> dict[str, float]:
+    """Parameters one GPU of pipeline rank `rank` holds: decoder layers (TP-split matrices, replicated norms),
+    the embedding on the first rank, the output layer on the last (tied weights: a copy when pp > 1)."""
+    c, tp = layout.model, layout.dims.tp
+    per_layer = (attention_params(c) + mlp_params(c)) / tp + norm_params(c)
+    layers = sum(len(layout.layers_of(rank, ch)) for ch in range(layout.chunks))
+    out = {"layers": layers * per_layer, "embedding": 0.0, "output": 0.0}
+    table = c.padded_vocab_size * c.hidden_size / tp
+    if rank == 0:
+        out["embedding"] = table + (embedding_params(c) - c.padded_vocab_size * c.hidden_size)
+    if rank == layout.dims.pp - 1:
+        untied_or_copy = c.untie_embeddings_and_output_weights or layout.dims.pp > 1
+        norm = c.hidden_size * (2 if c.normalization == "LayerNorm" else 1)
+        out["output"] = norm + (table if untied_or_copy else 0.0)
+    return out
+
+
+# ---- activations -----------------------------------------------------------------------------------------------
+def saved_tensors(shape: LayerShape, recompute: str | None = None) -> dict[str, float]:
+    """Bytes one decoder layer keeps for its backward, per micro-batch, on one GPU. recompute: None, 'selective'
+    (no s x s tensors; flash keeps no log-sum-exp) or 'full' (only the layer's input)."""
+    c, t, e = shape.model, shape.tp, shape.elem
+    T, Ts, h = shape.tokens, shape.sp_tokens, c.hidden_size
+    if recompute == "full":
+        return {"layer_input": Ts * h * e}
+    q, kv, f = c.query_projection_size / t, c.kv_projection_size / t, c.ffn_hidden_size / t
+    up = 2 * f if c.swiglu else f
+    heads, b = c.num_attention_heads / t, shape.micro_batch_size
+    sq, skv = c.seq_length / shape.cp, c.seq_length
+    out = {"input_norm_input": Ts * h * e, "qkv_input": Ts * h * e, "query_key_value": T * (q + 2 * kv) * e}
+    if shape.flash:
+        out["attention_output"] = T * q * e
+        if recompute != "selective":
+            out["softmax_logsumexp"] = T * heads * 4
+    else:
+        if recompute != "selective":
+            scores = b * heads * sq * skv
+            out["softmax_output"] = scores * e
+            if c.attention_dropout > 0:
+                out["attention_dropout_mask"] = scores
+                out["attention_dropout_output"] = scores * e
+        out["attention_output"] = T * q * e
+    if c.hidden_dropout > 0:
+        out["hidden_dropout_masks"] = 2 * Ts * h
+    out.update({"pre_mlp_norm_input": Ts * h * e, "fc1_input": Ts * h * e, "activation_input": T * up * e,
+                "fc2_input": T * f * e})
+    return out
+
+
+def layer_activation_bytes(shape: LayerShape, recompute: str | None = None) -> float:
+    return float(sum(saved_tensors(shape, recompute).values()))
+
+
+def korthikanti_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                                selective: bool = False) -> float:
+    """Korthikanti et al. 2022 Table 2 (GPT block, dropout, 16-bit activations, attention matrix stored)."""
+    attn = 0.0 if selective else 5 * a * s / (h * t)
+    return s * b * h * ((34 / t if sp else 10 + 24 / t) + attn)
+
+
+# ---- the pipeline's peak ---------------------------------------------------------------------------------------
+@dataclass
+class StageMemory:
+    """One GPU of one pipeline stage at its peak: bytes by category, the peak, and what was in flight."""
+
+    rank: int  # pipeline rank
+    gpu: int  # global rank of the first GPU of the stage (data-parallel replica 0)
+    categories: dict[str, float]
+    capacity: float
+    in_flight: int  # micro-batch-chunks whose activations were held at the peak
+    parameters: float
+    details: dict = field(default_factory=dict)
+
+    @property
+    def peak(self) -> float:
+        return float(sum(self.categories.values()))
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    def as_dict(self) -> dict:
+        return {"stage": self.rank, "gpu": self.gpu, "peak": self.peak, "capacity": self.capacity,
+                "fits": self.fits, "in_flight": self.in_flight, "parameters": self.parameters,
+                "categories": dict(self.categories), **self.details}
+
+
+def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> float:
+    """Bytes one micro-batch leaves on this GPU after the forward of model chunk `chunk`."""
+    cfg, c = layout.config, layout.model
+    layers = layout.layers_of(rank, chunk)
+    full = layer_activation_bytes(shape, cfg.recompute_granularity if cfg.recompute_granularity != "full" else None)
+    total = 0.0
+    for i, _layer in enumerate(layers):
+        if cfg.recompute_granularity == "full":
+            n = cfg.recompute_num_layers or 1
+            if cfg.recompute_method == "block":
+                total += layer_activation_bytes(shape, "full") if i < n else full
+            else:
+                total += layer_activation_bytes(shape, "full") / n
+        else:
+            total += full
+    e, h = shape.elem, c.hidden_size
+    if layout.has_embedding(rank, chunk) and c.hidden_dropout > 0:
+        total += shape.sp_tokens * h  # embedding dropout mask
+    if layout.has_output(rank, chunk):
+        total += 2 * shape.sp_tokens * h * e + shape.tokens * c.padded_vocab_size / shape.tp * 4  # norm, fp32 softmax
+    return total
+
+
+def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
+    """Short-lived buffers at the peak: a recomputed group's full activations, the logits, ZeRO-3 gathers."""
+    cfg, c = layout.config, layout.model
+    out = {}
+    if cfg.recompute_granularity == "full":
+        n = 1 if cfg.recompute_method == "block" else (cfg.recompute_num_layers or 1)
+        out["recompute_working_set"] = n * layer_activation_bytes(shape)
+    if rank == layout.dims.pp - 1:
+        out["logits"] = shape.tokens * c.padded_vocab_size / shape.tp * (shape.elem + 4)
+    if cfg.stage == 3:
+        layer = (attention_params(c) + mlp_params(c)) / layout.dims.tp + norm_params(c)
+        out["zero3_gathered_parameters"] = 2 * layer * cfg.param_bytes  # the unit in use and the prefetched one
+    return out
+
+
+def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> StageMemory:
+    """Peak memory of one GPU of pipeline rank `rank` under the layout's schedule."""
+    cfg, dims = layout.config, layout.dims
+    shape = LayerShape(layout.model, dims.tp, dims.cp, cfg.sp, cfg.micro_batch_size, cfg.use_flash_attn,
+                       cfg.tp_comm_overlap, 4 if cfg.param_bytes == 4 else 2)
+    params = stage_parameters(layout, rank)
+    n = sum(params.values())
+    per = bytes_per_parameter(cfg.param_bytes, cfg.grad_bytes, cfg.stage, dims.dp * dims.cp)
+    cats = {k: v * n for k, v in per.items()}
+    if fp8:
+        cats["weights"] += 2 * n  # FP8 copies of the weights and their transposes (Transformer Engine)
+    per_chunk = [_chunk_activations(layout, shape, rank, ch) for ch in range(layout.chunks)]
+    live, peak, peak_count, count = 0.0, 0.0, 0, 0
+    for a in layout.schedule[rank]:
+        if a.phase == FORWARD:
+            live += per_chunk[a.chunk]
+            count += 1
+            if live > peak:
+                peak, peak_count = live, count
+        else:
+            live -= per_chunk[a.chunk]
+            count -= 1
+    cats["activations"] = peak
+    transient = _transient(layout, shape, rank)
+    cats["transient"] = float(sum(transient.values()))
+    cats["reserved"] = float(cfg.memory_reserved)
+    allocated = sum(v for k, v in cats.items() if k != "reserved")
+    cats["fragmentation"] = allocated * cfg.memory_fragmentation
+    gpu = int(dims.grid[rank, 0, 0, 0])
+    details = {"activations_per_microbatch": per_chunk, "transient_detail": transient,
+               "bytes_per_parameter": per, "parameters_detail": params}
+    return StageMemory(rank, gpu, cats, float(capacity), peak_count, n, details)
+
+
+def check_fits(stages: list[StageMemory], device_name: str) -> None:
+    """Raise OutOfMemoryError for the stage that overflows most, naming the GPU and its largest consumers."""
+    over = [s for s in stages if not s.fits]
+    if not over:
+        return
+    worst = max(over, key=lambda s: s.peak - s.capacity)
+    top = dict(sorted(worst.categories.items(), key=lambda kv: -kv[1])[:4])
+    consumers = ", ".join(f"{k.replace('_', ' ')} {format_size(v)}" for k, v in top.items())
+    others = f"; stages {', '.join(str(s.rank) for s in over if s is not worst)} also overflow" if len(over) > 1 \
+        else ""
+    raise OutOfMemoryError(
+        f"out of memory: GPU {worst.gpu} (pipeline stage {worst.rank}, {device_name}, {format_size(worst.capacity)}) "
+        f"needs {format_size(worst.peak)}: {consumers} ({worst.in_flight} micro-batch chunk(s) of activations "
+        f"in flight){others}", worst.gpu, worst.capacity, worst.peak, top)
