@@ -62,6 +62,7 @@ class Recorder:
         self._ops: list[tuple] = []
         self._step_rows: list[StepRow] = []
         self.link_loads = LinkLoads(len(cluster.link_capacity)) if detail == "flows" else None
+        self._deferred: list = []
 
     def flows(self, transfer) -> None:
         if self.detail == "flows":
@@ -98,6 +99,11 @@ class Recorder:
         """A rank-level operation: a collective call, a blocking wait, a p2p call."""
         self._ops.append((rank, kind, start, end, nbytes, label, peer, tags))
 
+    def deferred(self, produce) -> None:
+        """Activities made only when the timeline is read: `produce()` returns them (a training step's replayed
+        layer blocks cost nothing unless someone looks)."""
+        self._deferred.append(produce)
+
     @property
     def flow_count(self) -> int:
         return sum(len(f[0]) for f in self._flows)
@@ -115,6 +121,8 @@ class Recorder:
                 out.append(Activity(r, kind, s, e, a, label, tags=tags))
         for rank, kind, start, end, nbytes, label, peer, tags in self._ops:
             out.append(Activity(rank, kind, start, end, nbytes, label, peer, tags=tags))
+        for produce in self._deferred:
+            out.extend(produce())
         out.sort(key=lambda a: (a.start, a.rank, a.kind, a.end, a.peer, a.label))
         return out
 

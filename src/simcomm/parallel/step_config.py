@@ -84,8 +84,9 @@ class TrainingConfig:
             raise LayoutError("bf16 and fp16 are exclusive")
         if self.fp8_format not in (None, "hybrid", "e4m3"):
             raise LayoutError(f"fp8_format must be hybrid or e4m3, got {self.fp8_format!r}")
-        if self.overlap_param_gather and self.stage < 1:
-            raise LayoutError("overlap_param_gather needs use_distributed_optimizer (a ZeRO stage >= 1)")
+        if self.overlap_param_gather and (self.stage < 1 or not self.overlap_grad_reduce):
+            raise LayoutError("overlap_param_gather needs use_distributed_optimizer (a ZeRO stage >= 1) and "
+                              "overlap_grad_reduce, as in Megatron-LM")
         if not 0 <= self.memory_fragmentation < 1:
             raise LayoutError(f"memory_fragmentation must be in [0, 1), got {self.memory_fragmentation!r}")
 
@@ -219,8 +220,9 @@ def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int):
         return 1, tuple((tuple(range(starts[r], starts[r] + counts[r])),) for r in range(pp))
     slots = L + emb + loss
     if slots % pp:
-        raise LayoutError(f"num_layers ({L}{' + embedding' if emb else ''}{' + loss' if loss else ''} = {slots}) "
-                          f"is not divisible by pipeline_model_parallel_size ({pp})")
+        extra = (" + embedding" if emb else "") + (" + loss" if loss else "")
+        raise LayoutError(f"num_layers ({L}{extra + f' = {slots}' if extra else ''}) is not divisible by "
+                          f"pipeline_model_parallel_size ({pp})")
     per_stage = slots // pp
     v = 1
     if c.num_layers_per_virtual_pipeline_stage:

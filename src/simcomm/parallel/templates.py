@@ -1,0 +1,122 @@
+"""A layer's program, timed once on the simulated cluster and replayed wherever it recurs.
+
+Every micro-batch runs the same layer program on every pipeline stage. Its kernels take the compute model's
+seconds on the GPU's compute stream (Session.compute); its tensor- and context-parallel communication runs as
+real collectives and sends on the stage's groups of the simulated cluster, beside or between the kernels as the
+program says. The result, a Template, is the program's duration, what the compute stream did, the communication
+it left exposed (per axis) and every segment's offsets, for the step to replay and the trace to draw.
+
+Replaying is exact when the groups' links carry nothing else while the layer runs, which holds when TP and CP
+stay inside a node and DP and PP traffic leaves it (step.py checks the links and says when it does not); groups
+on other nodes of the same local layout behave identically (every node is a copy of one template). One Template
+is made per distinct local layout of the stage's groups (nodes of a PCIe box are not symmetric inside).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..session import Session
+from .model.layer_ops import ATTENTION, GEMM, Comm, Kernel, Step
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One kernel or transfer of a template, with offsets from the template's start."""
+
+    stream: str  # compute | tp | cp
+    start: float
+    end: float
+    name: str
+    nbytes: float = 0.0
+    collective: str = ""
+    algorithm: str = ""
+    protocol: str = ""
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    duration: float
+    compute: float  # seconds the compute stream was busy
+    exposed: dict[str, float]  # axis -> seconds the compute stream waited on that axis' communication
+    flops: float  # formula FLOPs of its kernels on one GPU
+    segments: tuple[Segment, ...] = field(repr=False, default=())
+
+
+def kernel_seconds(cm, k: Kernel) -> float:
+    if k.kind == GEMM:
+        return cm.gemm(*k.shape)
+    if k.kind == ATTENTION:
+        bh, sq, real, which = k.shape
+        return cm.attention_forward(bh, sq, real) if which == "forward" else cm.attention_backward(bh, sq, real)
+    return cm.memory(*k.shape)
+
+
+class TemplateRunner:
+    """Runs programs on a scratch Session of `cluster`, on the groups of `stage` (an array cp x tp of global
+    ranks); `ideal`: communication costs nothing."""
+
+    def __init__(self, cluster, cm, stage: np.ndarray, dtype: str, ideal: bool = False):
+        self.session = Session(cluster, detail="steps")
+        self.cm = cm
+        self.stage = np.asarray(stage, dtype=np.int64)
+        self.ranks = self.stage.reshape(-1)
+        self.dtype = dtype
+        self.ideal = ideal
+
+    def _comm(self, c: Comm, out: list, t0: float):
+        s = self.session
+        if c.axis == "tp":
+            ops = [s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype, tags={"axis": "tp"})
+                   for row in self.stage]
+            yield s.all_of(ops)
+            rec = ops[0].record
+            out.append(Segment("tp", ops[0].start - t0, max(o.end for o in ops) - t0, c.name, c.nbytes,
+                               rec.collective, rec.algorithm, rec.protocol))
+            return
+        src, dst = self.stage, np.roll(self.stage, -1, axis=0)  # each TP rank's ring over the CP ranks
+        for i in range(c.steps):
+            op = s.send(src.reshape(-1), dst.reshape(-1), c.nbytes, tags={"axis": "cp"})
+            yield op
+            out.append(Segment("cp", op.start - t0, op.end - t0, f"{c.name} step {i + 1}", c.nbytes, "p2p"))
+
+    def run(self, name: str, steps: list[Step]) -> Template:
+        s = self.session
+        segments: list[Segment] = []
+        exposed: dict[str, float] = {}
+        busy = [0.0]
+
+        def program():
+            t0 = s.now
+            for st in steps:
+                start = s.now
+                secs = [kernel_seconds(self.cm, k) for k in st.compute]
+                waits = []
+                if secs:
+                    waits.append(s.compute(self.ranks, seconds=sum(secs), tags={"template": name}))
+                    at = start - t0
+                    for k, dt in zip(st.compute, secs):
+                        segments.append(Segment("compute", at, at + dt, k.name))
+                        at += dt
+                    busy[0] += sum(secs)
+                comm = [c for c in st.comm if not self.ideal]
+                if comm:
+                    def stream(cs=comm):
+                        for c in cs:
+                            yield from self._comm(c, segments, t0)
+                    waits.append(s.process(stream()))
+                if waits:
+                    yield s.all_of(waits)
+                idle = (s.now - start) - sum(secs)
+                if idle > 0 and comm:
+                    axis = comm[-1].axis
+                    exposed[axis] = exposed.get(axis, 0.0) + idle
+            return s.now - t0
+
+        proc = s.process(program())
+        s.run(proc)
+        duration = proc.value
+        flops = sum(k.flops for st in steps for k in st.compute)
+        return Template(name, duration, busy[0], exposed, flops, tuple(segments))
