@@ -15,7 +15,7 @@ from .vocab import choice as _choice
 MAX_SIZE = 1 << 50  # 1 PiB: anything larger is a typo
 MAX_NODES, MAX_RANKS = 8192, 65536
 PROTOCOL_NAMES = ("LL", "LL128", "Simple")
-PLOTS = ("busbw", "timeline", "links")
+PLOTS = ("busbw", "timeline", "links", "schedule", "breakdown")
 
 
 def _reason(exc: UnitError) -> str:

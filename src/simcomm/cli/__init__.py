@@ -1,7 +1,7 @@
 """The `simcomm` command: run, perf, sweep, presets, validate, bench.
 
-Exit codes: 0 ok; 1 the simulated program failed (deadlock, mismatch, a rank raised); 2 bad usage or a bad
-scenario. User errors print one message to stderr, never a traceback; with --json they also go to stdout as JSON.
+Exit codes: 0 ok; 1 the simulated program failed (deadlock, mismatch, a rank raised, out of device memory); 2 bad
+usage or a bad scenario. User errors print one message to stderr, never a traceback; with --json they also go to stdout as JSON.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import shutil
 import sys
 
-from ..errors import DeadlockError, MismatchError, RankFailed, SimcommError
+from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError
 from . import calibrate_cmd, compare_cmd, perf, torch_launch
 
 EXIT_OK, EXIT_SIM, EXIT_USAGE = 0, 1, 2
@@ -318,7 +318,7 @@ def _classify(exc: BaseException) -> int | None:
     """The exit code for an error a user can cause; None for a bug (which keeps its traceback)."""
     from ..hardware import HardwareError
     from ..units import UnitError
-    if isinstance(exc, (DeadlockError, MismatchError, RankFailed)):
+    if isinstance(exc, (DeadlockError, MismatchError, RankFailed, OutOfMemoryError)):
         return EXIT_SIM
     if isinstance(exc, (SimcommError, UnitError, HardwareError, OSError)):
         return EXIT_USAGE

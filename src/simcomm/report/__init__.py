@@ -8,7 +8,8 @@ from .json_out import dumps, result_json
 from .nccl_tests import nccl_table, tuner_summary
 from .table import render, text_table
 
-PLOT_FILES = {"busbw": "busbw.png", "timeline": "timeline.png", "links": "links.png"}
+PLOT_FILES = {"busbw": "busbw.png", "timeline": "timeline.png", "links": "links.png", "schedule": "schedule.png",
+              "breakdown": "breakdown.png"}
 
 
 def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), rank_traces=None) -> dict:
@@ -19,7 +20,8 @@ def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), ra
     written: dict[str, str] = {}
     if trace_file or plots:
         out.mkdir(parents=True, exist_ok=True)
-    timeline = result.timeline if (trace_file or rank_traces or set(plots) & {"timeline", "links"}) else []
+    timeline = result.timeline if (trace_file or rank_traces or set(plots) & {"timeline", "links", "schedule"}) \
+        else []
     loads = result.simulation.recorder.link_loads if result.simulation is not None else None
     if rank_traces:
         from .kineto import write_rank_traces
@@ -40,6 +42,12 @@ def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), ra
                 p.plot_busbw(result.rows, path, f"{result.name}: busbw ({result.cluster.name})")
             elif name == "timeline":
                 p.plot_timeline(timeline, result.cluster, path, f"{result.name}: timeline")
+            elif name == "schedule":
+                from .training_plots import plot_schedule
+                plot_schedule(timeline, path, f"{result.name}: pipeline schedule")
+            elif name == "breakdown":
+                from .training_plots import plot_breakdown
+                plot_breakdown(result.details["step"], path, f"{result.name}: where the step's time goes")
             else:
                 span = (min((a.start for a in timeline), default=0.0), max((a.end for a in timeline), default=0.0))
                 p.plot_links(loads, result.cluster, path, f"{result.name}: link utilisation", span=span)

@@ -113,6 +113,7 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
             groups.setdefault((a.label, a.start, a.end), []).append(a.rank)
     # (pid, track) -> [(start_ns, end_ns, event dict, flow id or None, is_recv)]
     tracks: dict[tuple[int, str], list] = {}
+    stage_of: dict[int, int] = {}  # rank -> pipeline stage, when the records say
     instants, flow_id = [], 0
     for a in acts:
         s, e = _ns(a.start), _ns(a.end)
@@ -122,6 +123,9 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
             args = _collective_args(a, info, groups) if info else {"bytes": a.nbytes}
         else:
             name, args = a.label or a.kind, {"bytes": a.nbytes}
+            if a.tags:  # stage, microbatch, layer, phase, ... of a training step's blocks
+                args = {("flops" if a.kind == "compute" else "bytes"): a.nbytes,
+                        **{k: v for k, v in a.tags.items() if isinstance(v, (int, float, str, bool))}}
         if e <= s and a.kind not in _TRACKS:
             instants.append({"name": name, "cat": a.kind, "ph": "i", "s": "t", "pid": a.rank, "tid": 0,
                              "ts": _us(s), "args": {"peer": a.peer} if a.peer >= 0 else {}})
@@ -136,11 +140,13 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
             tracks.setdefault((a.peer, "recv"), []).append((s, e, ev, fid))
         cat = "cpu_op" if gloo and a.kind == "collective" else _CAT.get(a.kind, a.kind)
         ev = {"name": name, "cat": cat, "ph": "X", "args": args}
-        tracks.setdefault((a.rank, a.kind), []).append((s, e, ev, fid))
+        tracks.setdefault((a.rank, _track(a)), []).append((s, e, ev, fid))
+        if "stage" in a.tags and a.rank not in stage_of:
+            stage_of[a.rank] = a.tags["stage"]
 
     out, names = [], {}
     flows: dict[int, list] = {fid: [None, None] for fid in range(1, flow_id + 1)}
-    kinds = list(_TRACKS) + sorted({k for _, k in tracks if k not in _TRACKS})
+    kinds = list(_TRACKS) + sorted({k for _, k in tracks if k not in _TRACKS}, key=_stream_order)
     next_tid: dict[int, int] = {}
     for (pid, kind) in sorted(tracks, key=lambda t: (t[0], kinds.index(t[1]))):
         items = tracks[(pid, kind)]
@@ -151,14 +157,15 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
             out.append({**ev, "pid": pid, "tid": tid, "ts": _us(s), "dur": _us(e - s)})
             if fid is not None:
                 flows[fid][kind == "recv"] = _flow_end(fid, pid, tid, s, e, kind == "recv")
-        label = tracks_named.get(kind, kind)
+        label = tracks_named.get(kind) or _stream_name(kind)
         for lane in range(max(lanes) + 1):
             names[(pid, base + lane)] = label if lane == 0 else f"{label} #{lane + 1}"
         next_tid[pid] = base + max(lanes) + 1
     meta = []
     for pid in sorted({p for p, _ in tracks} | {i["pid"] for i in instants}):
         meta += [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-                  "args": {"name": f"rank {pid} ({cluster.rank_name(pid)})"}},
+                  "args": {"name": f"rank {pid} ({cluster.rank_name(pid)})"
+                                   + (f" pipeline stage {stage_of[pid]}" if pid in stage_of else "")}},
                  {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
     for (pid, tid), label in sorted(names.items()):
         meta += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}},
@@ -174,6 +181,30 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
     # Each arrow's start precedes its end in the file: the legacy viewer drops an end it meets first.
     arrows = [ev for pair in flows.values() for ev in pair if ev is not None]
     return {"traceEvents": meta + out + arrows + instants + counters, "displayTimeUnit": "ns", "otherData": other}
+
+
+_STREAMS = ("compute", "tp", "cp", "pp", "dp", "mp")  # a training step's streams, in the order they are drawn
+_STREAM_NAMES = {"tp": "tensor parallel", "cp": "context parallel", "pp": "pipeline p2p", "dp": "data parallel",
+                 "mp": "model parallel (grad norm)"}
+
+
+def _track(a) -> str:
+    """The track kind of an activity: its kind, split by parallel axis when its tags name one."""
+    axis = a.tags.get("axis") if a.kind in ("collective", "p2p", "send", "recv") else None
+    return f"{a.kind}:{axis}" if axis else a.kind
+
+
+def _stream_order(kind: str):
+    axis = kind.partition(":")[2]
+    return (_STREAMS.index(axis) if axis in _STREAMS else len(_STREAMS), kind)
+
+
+def _stream_name(kind: str) -> str:
+    base, _, axis = kind.partition(":")
+    if not axis:
+        return _TRACKS.get(base, base)
+    what = {"collective": "NCCL", "p2p": "p2p", "send": "sends", "recv": "recvs"}.get(base, base)
+    return f"{what} {_STREAM_NAMES.get(axis, axis)}"
 
 
 def _flow_end(fid: int, pid: int, tid: int, start_ns: int, end_ns: int, arriving: bool) -> dict:

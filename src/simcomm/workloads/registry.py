@@ -7,8 +7,9 @@ from .base import Workload
 from .contention import WORKLOAD as CONTENTION
 from .perf import WORKLOAD as PERF
 from .program import WORKLOAD as PROGRAM
+from .training import WORKLOAD as TRAINING
 
-WORKLOADS: dict[str, Workload] = {w.kind: w for w in (PERF, PROGRAM, CONTENTION)}
+WORKLOADS: dict[str, Workload] = {w.kind: w for w in (PERF, PROGRAM, CONTENTION, TRAINING)}
 
 
 def workload(kind: str) -> Workload:

@@ -1,0 +1,111 @@
+"""PNGs of a training step: the pipeline schedule as the papers draw it, where the time goes as stacked bars, and
+a layout search's candidates. They read record tags (stage, microbatch, chunk, phase) and plain dicts, nothing
+of the step model itself."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .plots import _pyplot, _save
+
+PHASE_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#c44e52"}
+CATEGORY_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "recompute": "#8fbbd9", "tp": "#dd8452",
+                   "cp": "#937860", "pp": "#da8bc3", "dp": "#c44e52", "optimizer": "#8172b2", "bubble": "#cccccc"}
+CATEGORY_LABELS = {"forward": "forward", "backward": "backward", "recompute": "recompute", "tp": "exposed TP",
+                   "cp": "exposed CP", "pp": "exposed PP", "dp": "exposed DP", "optimizer": "optimizer",
+                   "bubble": "bubble / idle"}
+
+
+def _shade(color: str, chunk: int, chunks: int) -> str:
+    """Later model chunks drawn lighter, as interleaved schedules are drawn in Narayanan et al. 2021."""
+    if chunks <= 1:
+        return color
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    f = 0.55 * chunk / (chunks - 1)
+    return "#" + "".join(f"{int(c + (255 - c) * f):02x}" for c in (r, g, b))
+
+
+def plot_schedule(activities, path, title: str = "", max_stages: int = 32) -> Path:
+    """One row per pipeline stage (its first GPU): forward and backward passes as boxes labelled with their
+    micro-batch, model chunks shaded, the optimizer at the end; white is idle."""
+    plt = _pyplot()
+    passes: dict[int, list] = {}
+    first_gpu: dict[int, int] = {}
+    for a in activities:
+        stage, phase = a.tags.get("stage"), a.tags.get("phase")
+        if a.kind != "compute" or stage is None or phase not in PHASE_COLORS or "layer" in a.tags:
+            continue
+        if first_gpu.setdefault(stage, a.rank) != a.rank:
+            continue
+        passes.setdefault(stage, []).append(a)
+    stages = sorted(passes)[:max_stages]
+    chunks = 1 + max((a.tags.get("chunk", 0) for s in stages for a in passes[s]), default=0)
+    fig, ax = plt.subplots(figsize=(12, 0.9 + 0.42 * max(len(stages), 1)), dpi=110)
+    span = max((a.end for s in stages for a in passes[s]), default=1.0)
+    for row, stage in enumerate(stages):
+        for a in passes[stage]:
+            phase = a.tags["phase"]
+            color = _shade(PHASE_COLORS[phase], a.tags.get("chunk", 0), chunks)
+            ax.broken_barh([(a.start, a.end - a.start)], (row + 0.08, 0.84), facecolors=color, edgecolor="white",
+                           linewidth=0.4)
+            if phase != "optimizer" and (a.end - a.start) / span > 0.012:
+                ax.text((a.start + a.end) / 2, row + 0.5, str(a.tags.get("microbatch", "")), ha="center",
+                        va="center", fontsize=6, color="white")
+    ax.set_yticks([i + 0.5 for i in range(len(stages))])
+    ax.set_yticklabels([f"stage {s} (GPU {first_gpu[s]})" for s in stages], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, span * 1.005)
+    ax.set_xlabel("time (s)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLORS.values()]
+    ax.legend(handles, ["forward", "backward", "optimizer"], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    more = f" (first {max_stages} stages)" if len(passes) > max_stages else ""
+    ax.set_title((title or "pipeline schedule") + more + "; numbers are micro-batches" +
+                 ("; lighter = later model chunk" if chunks > 1 else ""), fontsize=9)
+    return _save(fig, plt, path)
+
+
+def plot_breakdown(step: dict, path, title: str = "") -> Path:
+    """Stacked bars: where each pipeline stage's step time goes, and the mean over stages."""
+    plt = _pyplot()
+    stages = step["breakdown_per_stage"]
+    bars = [("mean", step["breakdown"])] + [(f"stage {i}", s) for i, s in enumerate(stages)]
+    if len(bars) > 33:
+        bars = bars[:33]
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(bars) + 3), 4.5), dpi=110)
+    bottoms = [0.0] * len(bars)
+    for cat, color in CATEGORY_COLORS.items():
+        values = [b[1].get(cat, 0.0) for b in bars]
+        if not any(values):
+            continue
+        ax.bar(range(len(bars)), values, bottom=bottoms, color=color, label=CATEGORY_LABELS[cat], width=0.7)
+        bottoms = [x + v for x, v in zip(bottoms, values)]
+    ax.set_xticks(range(len(bars)))
+    ax.set_xticklabels([b[0] for b in bars], rotation=60 if len(bars) > 8 else 0, fontsize=7)
+    ax.set_ylabel("seconds of the step")
+    ax.set_title(title or f"step {step['step_time']:.4g} s: where the time goes", fontsize=9)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return _save(fig, plt, path)
+
+
+def plot_plan(rows: list[dict], path, title: str = "") -> Path:
+    """Every evaluated layout: predicted step time against peak memory per GPU, feasible ones coloured by
+    pipeline size, the best ones named."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    ok = [r for r in rows if r.get("step_time") is not None]
+    pps = sorted({r["pp"] for r in ok})
+    cmap = plt.get_cmap("viridis", max(len(pps), 2))
+    for i, pp in enumerate(pps):
+        pts = [r for r in ok if r["pp"] == pp]
+        ax.scatter([r["peak_memory"] / 2**30 for r in pts], [r["step_time"] for r in pts], s=12, color=cmap(i),
+                   label=f"pp {pp}", alpha=0.8)
+    for r in sorted(ok, key=lambda r: r["step_time"])[:5]:
+        ax.annotate(r["layout"], (r["peak_memory"] / 2**30, r["step_time"]), fontsize=6, xytext=(4, 2),
+                    textcoords="offset points")
+    if ok:
+        ax.axvline(ok[0]["capacity"] / 2**30, color="#c44e52", linestyle="--", linewidth=1, label="HBM capacity")
+    ax.set_xlabel("peak memory per GPU (GiB)")
+    ax.set_ylabel("predicted step time (s)")
+    ax.set_title(title or "layouts", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, plt, path)
