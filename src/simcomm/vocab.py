@@ -84,7 +84,9 @@ def did_you_mean(word, choices) -> str:
     """' (did you mean 'x'?)' for the closest choice (case-insensitive), or ''."""
     lower = {str(c).lower(): str(c) for c in choices}
     close = difflib.get_close_matches(str(word).lower(), list(lower), n=1, cutoff=0.6)
-    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
+    if not close or lower[close[0]] == str(word):  # never suggest the very name that was refused
+        return ""
+    return f" (did you mean {lower[close[0]]!r}?)"
 
 
 def choice(value, choices, aliases, what: str) -> str:

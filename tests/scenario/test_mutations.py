@@ -1,10 +1,16 @@
 """Malformed scenarios never give a traceback: mutate the shipped files and check every failure is a
 ScenarioError naming the file, a line and a key path (the mutated one, when the schema rejects the value).
 
+Mutations: bad values, deleted, renamed and added keys, damaged text, YAML aliases and anchors at any key path
+(another node of the file, a node that contains itself, an alias bomb), and huge, tiny and fractional numbers
+at every numeric key (numbers, and sizes, rates and times with units). Each case runs under a watchdog: a
+hang is a failure.
+
 A few hundred cases run in CI; `pytest -m fuzz tests/scenario` runs 10,000.
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -26,6 +32,13 @@ BAD_VALUES = st.sampled_from([
     "8Mb", "-1GiB", "1e400B", "1.5B", "nosuch-preset", "hgx-h1000", "rnig", "LL256", "0-", "a:b:c", "2ms/s",
     [], [1, "a"], {}, {"bogus": 1}, "\u00b5", "9" * 40, [[[]]], "allreduce", "Simple", "bfloat16", "-5us",
 ])
+
+
+HUGE_AND_FRACTIONAL = st.sampled_from([
+    1e308, 1e-308, 5e-324, 2 ** 63, 2 ** 64, 10 ** 100, -(2 ** 63), 0.5, 1.0000001, 1e-9, -0.0, 7.5, 3.999999999,
+    float("inf"), -1e308])
+UNIT_NUMBERS = st.sampled_from(["1e300", "1e-300", "0.5", "1.0000001", "99999999999999999999", "1e18", "0.0001"])
+CASE_LIMIT_S = 30.0
 
 
 def paths(obj, prefix=()):
@@ -51,7 +64,8 @@ def _set(data, path, fn):
 def mutations(draw):
     """(kind, mutated path, YAML text)."""
     name = draw(st.sampled_from(sorted(TEXTS)))
-    kind = draw(st.sampled_from(["value", "value", "value", "delete", "rename", "add", "text"]))
+    kind = draw(st.sampled_from(["value", "value", "value", "delete", "rename", "add", "text", "alias", "alias",
+                                 "number", "number"]))
     if kind == "text":  # damage the text itself: truncate, or splice in something YAML cannot read
         text = TEXTS[name]
         cut = draw(st.integers(0, len(text)))
@@ -60,6 +74,22 @@ def mutations(draw):
         return kind, (), text[:cut] + junk + text[cut:]
     data = yaml.safe_load(TEXTS[name])
     path = draw(st.sampled_from(paths(data)))
+    if kind == "alias":  # a shared object is written as an anchor and aliases
+        _set(data, path, lambda d, k: d.__setitem__(k, draw(_aliased(data, path))))
+        return kind, path, yaml.safe_dump(data, allow_unicode=True)
+    if kind == "number":
+        numeric = [p for p in paths(data) if _numeric(_get(data, p))]
+        if not numeric:
+            return kind, (), yaml.safe_dump(data)
+        path = draw(st.sampled_from(numeric))
+        old = _get(data, path)
+        if isinstance(old, str):  # a size, rate or time: keep the unit, change the number
+            unit = old.lstrip("0123456789.eE+- ")
+            value = draw(UNIT_NUMBERS) + unit
+        else:
+            value = draw(HUGE_AND_FRACTIONAL)
+        _set(data, path, lambda d, k: d.__setitem__(k, value))
+        return kind, path, yaml.safe_dump(data, allow_unicode=True)
     if kind == "value":
         value = draw(BAD_VALUES)
         _set(data, path, lambda d, k: d.__setitem__(k, value))
@@ -87,11 +117,57 @@ def mutations(draw):
     return kind, path, yaml.safe_dump(data, allow_unicode=True)
 
 
+def _get(data, path):
+    for p in path:
+        data = data[p]
+    return data
+
+
+def _numeric(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float)) or (isinstance(value, str) and value[:1].isdigit())
+
+
+@st.composite
+def _aliased(draw, data, path):
+    """A value for `path` that YAML writes with an anchor and aliases."""
+    how = draw(st.sampled_from(["other", "other", "self", "bomb", "twice"]))
+    if how == "self":  # the container of path, inside itself: a cycle
+        return _get(data, path[:-1]) if len(path) > 1 else data
+    if how == "bomb":
+        level = [draw(st.sampled_from([1, "1MiB", "x", 2.5]))] * 9
+        for _ in range(draw(st.integers(1, 9))):
+            level = [level] * 9
+        return level
+    nodes = [p for p in paths(data) if isinstance(_get(data, p), (dict, list))]
+    other = _get(data, draw(st.sampled_from(nodes))) if nodes else {"a": 1}
+    return [other, other] if how == "twice" else other
+
+
 def _related(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
 def check(case) -> None:
+    """The case fails cleanly, within CASE_LIMIT_S (a watchdog thread turns a hang into a failure)."""
+    box: dict = {}
+
+    def target():
+        try:
+            _check(case)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(CASE_LIMIT_S)
+    assert not t.is_alive(), f"loading a mutated scenario took over {CASE_LIMIT_S} s: {case[0]} at {case[1]}"
+    if "error" in box:
+        raise box["error"]
+
+
+def _check(case) -> None:
     kind, path, text = case
     try:
         load_text(text, "mut.yaml")
@@ -102,10 +178,10 @@ def check(case) -> None:
             assert p.path or p.message.startswith(("invalid YAML", "expected a mapping", "the file is empty",
                                                    "expected UTF-8", "missing required key")), p
             assert "Traceback" not in p.message and p.message
-        if kind in ("value", "delete", "rename") and path:
+        if kind in ("value", "delete", "rename", "number") and path:
             try:
                 Scenario.model_validate(yaml.safe_load(text))
-            except (ValidationError, yaml.YAMLError):
+            except (ValidationError, yaml.YAMLError, RecursionError):
                 # The schema rejects the file, so a problem must be about the mutated key (or its parent).
                 assert any(_related(p.path, dotted(path)) for p in exc.problems), (dotted(path), str(exc))
 

@@ -106,6 +106,16 @@ def cmd_validate(args) -> int:
             if not args.json:
                 sys.stderr.write(str(exc) + "\n")
             continue
+        if args.import_programs and loaded.scenario.workload.kind == "program":
+            from ..workloads import resolve_program
+            try:  # asked for: runs the module's code, as `run` would
+                resolve_program(loaded.scenario.workload.program, error=loaded.source.error)
+            except ScenarioError as exc:
+                code = EXIT_USAGE
+                results.append({"file": path, "ok": False, "errors": [p.__dict__ for p in exc.problems]})
+                if not args.json:
+                    sys.stderr.write(str(exc) + "\n")
+                continue
         c = loaded.cluster
         summary = f"{loaded.scenario.workload.kind} on {c.name} ({c.num_ranks} ranks)"
         results.append({"file": path, "ok": True, "summary": summary})
@@ -294,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Schema, units, the cluster and cross-checks; exit 2 if any file is bad.")
     v.add_argument("scenarios", nargs="+", help="scenario YAML files")
     v.add_argument("--json", action="store_true", help="print [{file, ok, errors|summary}] as JSON")
+    v.add_argument("--import", dest="import_programs", action="store_true",
+                   help="also import a program workload's module (this runs its code; without it the module and "
+                        "function are only looked up)")
     v.set_defaults(func=cmd_validate)
 
     sub.add_parser("bench", help="measure the simulator's own speed (simcomm bench --help)", add_help=False)

@@ -7,11 +7,9 @@ kind "net". Attach functions are `functools.partial`s of module functions so fab
 from __future__ import annotations
 
 import inspect
-import math
-import numbers
 from functools import partial
 
-from .model import Fabric, HardwareError, LinkSpec, NodeTemplate, duplex
+from .model import Fabric, HardwareError, LinkSpec, NodeTemplate, check_figure, duplex
 
 # Switch-to-switch hop: cut-through latency of a modern IB/Ethernet switch plus cable (estimate).
 SWITCH_LATENCY = 0.5e-6
@@ -29,12 +27,9 @@ def _check(num_nodes: int, nics_per_node: int, link_bandwidth: float, leaf_ports
         raise HardwareError(f"a fabric needs nics_per_node >= 1, got {nics_per_node!r}")
     if isinstance(leaf_ports, bool) or not isinstance(leaf_ports, int) or leaf_ports < 1:
         raise HardwareError(f"leaf_ports must be an integer >= 1, got {leaf_ports!r}")
-    for what, value, low in (("link_bandwidth", link_bandwidth, 0.0), ("oversubscription", oversubscription, 0.0),
-                             ("latency", latency, None)):
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or (value < 0 if low is None else value <= low):
-            raise HardwareError(f"{what} must be a finite number {'>= 0' if low is None else '> 0'} "
-                                f"(SI units), got {value!r}")
+    for what, value, kind in (("link_bandwidth", link_bandwidth, "bandwidth"),
+                              ("oversubscription", oversubscription, "oversubscription"), ("latency", latency, "latency")):
+        check_figure("fabric", what, value, kind)
 
 
 def _spines(leaves: list[str], leaf_ports: int, oversubscription: float, bandwidth: float,

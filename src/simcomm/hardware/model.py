@@ -14,7 +14,7 @@ from ..errors import HardwareError
 # engine computes finite: a rate of 1e-308 B/s (finite, positive) would make a transfer last inf seconds.
 FIGURE_RANGES: dict[str, tuple[float, float, str]] = {
     "bandwidth": (1.0, 1e16, "B/s"), "latency": (0.0, 1e4, "s"), "compute_rate": (1.0, 1e21, "flop/s"),
-    "memory_capacity": (1.0, 2.0 ** 64, "B"), "factor": (1e-6, 1e6, "")}
+    "memory_capacity": (1.0, 2.0 ** 64, "B"), "oversubscription": (1 / 64, 64.0, "")}
 
 
 def check_figure(where: str, key: str, value, kind: str) -> None:

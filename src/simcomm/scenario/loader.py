@@ -6,6 +6,7 @@ found; nothing a user writes in a scenario file may end in a traceback.
 from __future__ import annotations
 
 import copy
+import reprlib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,13 +79,57 @@ def dotted(path) -> str:
     return out
 
 
+_SHORT = reprlib.Repr()  # (keyword arguments need Python 3.12)
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxlevel = 50, 50, 40, 4, 4, 2
+
+
 def found(value) -> str:
+    """A value as an error message shows it: bounded, whatever its size."""
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    text = repr(value)
+    text = _SHORT.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+MAX_VALUES = 100_000  # values a scenario may hold once its YAML aliases are expanded
+
+
+def _expanded(node, memo: dict, path: tuple, src: str) -> int:
+    """How many values node stands for once aliases are expanded (each shared node counted every time it is
+    used); a ScenarioError for an alias that refers to itself."""
+    key = id(node)
+    if key in memo:
+        if memo[key] is None:
+            raise ScenarioError([Problem(src, node.start_mark.line + 1, dotted(path),
+                                         "a YAML alias refers to the value that contains it (a cycle)")])
+        return memo[key]
+    memo[key] = None
+    total = 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            total += _expanded(k, memo, path, src) + _expanded(v, memo, path + (str(k.value),), src)
+    elif isinstance(node, yaml.SequenceNode):
+        total += sum(_expanded(v, memo, path + (i,), src) for i, v in enumerate(node.value))
+    memo[key] = total
+    return total
+
+
+def _bound_expansion(node, src: str) -> None:
+    """Refuse documents whose aliases expand to more than MAX_VALUES values, naming the key that does."""
+    memo: dict = {}
+    if _expanded(node, memo, (), src) <= MAX_VALUES:
+        return
+    path, here = (), node
+    while isinstance(here, yaml.MappingNode):  # the deepest key whose value alone is too large
+        k, v = max(here.value, key=lambda kv: memo[id(kv[1])])
+        if memo[id(v)] <= MAX_VALUES:
+            break
+        path, here = path + (str(k.value),), v
+    raise ScenarioError([Problem(src, here.start_mark.line + 1, dotted(path),
+                                 f"expands to {memo[id(here)]:,} values through YAML aliases and anchors; at most "
+                                 f"{MAX_VALUES:,} are allowed")])
 
 
 # ---- YAML with line numbers ------------------------------------------------------------------------------------
@@ -118,6 +163,7 @@ def parse_yaml(text: str, name: str) -> Source:
             raise ScenarioError([Problem(name, 1, "", "the file is empty; expected a mapping with keys cluster "
                                                       "and workload")])
         src = Source(name, None, {(): node.start_mark.line + 1})
+        _bound_expansion(node, name)
         _index(node, (), src.lines, set(), name)
         src.data = loader.construct_document(node)
     except yaml.reader.ReaderError as exc:
@@ -212,7 +258,10 @@ def _expected(msg: str) -> str:
     for prefix, repl in (("Input should be ", "expected "), ("Value error, ", ""), ("Assertion failed, ", "")):
         if msg.startswith(prefix):
             return repl + msg[len(prefix):]
-    return "expected " + msg[0].lower() + msg[1:] if msg else "invalid value"
+    if not msg:
+        return "invalid value"
+    msg = msg[0].lower() + msg[1:]
+    return msg if msg.startswith("expected ") else "expected " + msg  # custom errors may already say it
 
 
 def problems_from(exc: ValidationError, src: Source) -> list[Problem]:

@@ -2,13 +2,18 @@
 'package.module:function'. A scenario with a program is code you run: only `simcomm run` imports and calls it."""
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.machinery
 import re
+import sys
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import field_validator
 
 from ..distributed.spawn import spawn
+from ..errors import SimcommError
 from ..fields import Base, described
 from ..vocab import did_you_mean
 from .base import RunResult, Workload, resolve_detail
@@ -19,7 +24,9 @@ from ..units import format_size
 
 # ---- the spec ----------------------------------------------------------------------------------------------
 class ProgramSpec(Base):
-    """A rank program in the style of torch.distributed, run on every rank (simcomm.spawn)."""
+    """A rank program in the style of torch.distributed, run on every rank (simcomm.spawn). A scenario with a
+    program is code you run: `simcomm run` imports and calls it; `simcomm validate` finds the module and the
+    function without importing anything (`simcomm validate --import` imports it too)."""
 
     kind: Literal["program"] = described(doc="program")
     program: str = described(doc="'package.module:function', called as function(rank, *args)")
@@ -35,9 +42,70 @@ class ProgramSpec(Base):
 
 
 
-def resolve_program(spec: str):
+def resolve_program(spec: str, where=("workload", "program"), error=None):
+    """Import the program's module and return its function (this runs the module's code)."""
     module, _, func = spec.partition(":")
-    return getattr(importlib.import_module(module), func)
+    try:
+        mod = importlib.import_module(module)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure to import is the user's to fix
+        message = f"cannot import module {module!r}: {type(exc).__name__}: {exc}"
+        raise (error(where, message) if error else SimcommError(f"{'.'.join(where)}: {message}")) from None
+    fn = getattr(mod, func, None)
+    if not callable(fn):
+        names = [n for n in dir(mod) if not n.startswith("_")]
+        message = f"module {module!r} has no function {func!r}{did_you_mean(func, names)}"
+        raise error(where, message) if error else SimcommError(f"{'.'.join(where)}: {message}")
+    return fn
+
+
+def _module_spec(module: str):
+    """The module's import spec, found without running any code (not even its packages' __init__)."""
+    if module in sys.modules:
+        return getattr(sys.modules[module], "__spec__", None) or True
+    spec, path = None, None
+    for i, part in enumerate(module.split(".")):
+        name = ".".join(module.split(".")[:i + 1])
+        spec = sys.modules[name].__spec__ if name in sys.modules else \
+            importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+        if path is None and i < module.count("."):
+            return None
+    return spec
+
+
+def _top_level_names(spec) -> set[str] | None:
+    """The names the module's source defines or imports at top level; None when they cannot be known without
+    running it (no Python source, a star import, a module __getattr__)."""
+    if spec is True or not getattr(spec, "origin", None) or not str(spec.origin).endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return None if "*" in names or "__getattr__" in names else names
+
+
+def check_program(spec: str, error, where=("workload", "program")) -> None:
+    """Find module and function without importing (a scenario's program is code the user runs with `run`)."""
+    module, _, func = spec.partition(":")
+    found = _module_spec(module)
+    if found is None:
+        raise error(where, f"cannot find module {module!r} (on sys.path: {', '.join(sys.path[:4])}...)")
+    names = _top_level_names(found)
+    if names is not None and func not in names:
+        raise error(where, f"module {module!r} does not define {func!r}"
+                           f"{did_you_mean(func, [n for n in names if not n.startswith('_')])}")
 
 
 def _without_loss(result):
@@ -68,17 +136,7 @@ class ProgramWorkload(Workload):
 
     def check(self, spec: ProgramSpec, scenario, cluster, error) -> None:
         check_ranks(spec.ranks or cluster.num_ranks, cluster, ("workload", "ranks"), error)
-        module, _, func = spec.program.partition(":")
-        try:
-            mod = importlib.import_module(module)
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure to import is the user's to fix
-            raise error(("workload", "program"), f"cannot import module {module!r}: {type(exc).__name__}: {exc}") \
-                from None
-        fn = getattr(mod, func, None)
-        if not callable(fn):
-            names = [n for n in dir(mod) if not n.startswith("_")]
-            raise error(("workload", "program"), f"module {module!r} has no function {func!r}"
-                                                 f"{did_you_mean(func, names)}")
+        check_program(spec.program, error)
 
     def run(self, spec: ProgramSpec, scenario, cluster, name: str, detail: str | None,
             progress=None) -> RunResult:
