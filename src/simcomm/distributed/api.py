@@ -65,7 +65,7 @@ def resolve_peer(g: ProcessGroup, peer, group_peer, name: str, required: bool = 
 
 # ---- setup and queries -----------------------------------------------------------------------------------
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
-                       group_name="", pg_options=None, device_id=None, **kwargs) -> None:
+                       group_name="", pg_options=None, device_id=None, _ranks=None) -> None:
     """Accepted for source compatibility (inside simcomm.spawn the group already exists); remembers the backend
     asked for ("nccl", "gloo", "cpu:gloo,cuda:nccl", ...) so get_backend() answers as torch would."""
     rt, me = current()

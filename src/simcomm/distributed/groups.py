@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DistError, MismatchError
+from .runtime import current
 
 
 @dataclass(frozen=True, eq=False)
@@ -22,6 +23,10 @@ class ProcessGroup:
 
     def size(self) -> int:
         return len(self.ranks)
+
+    def rank(self) -> int:
+        """The calling rank's rank in this group (-1 if it is not a member), as torch's ProcessGroup.rank()."""
+        return self.rank_of(current()[1])
 
     def rank_of(self, global_rank: int) -> int:
         """Group rank of a global rank, -1 if it is not a member."""
@@ -64,6 +69,10 @@ class GroupRegistry:
         self._groups: list[tuple[ProcessGroup, int]] = []  # (group, rank that created it)
         self._local_calls: dict[tuple[int, tuple], int] = {}
         self._local: dict[tuple, list[ProcessGroup]] = {}
+
+    def count(self) -> int:
+        """Groups made so far, the world included."""
+        return 1 + len(self._groups) + sum(len(v) for v in self._local.values())
 
     def members(self, ranks) -> tuple[int, ...]:
         """Checked global ranks of a new group, in the order given."""

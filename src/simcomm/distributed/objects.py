@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import DistError
 from . import collectives as c
-from .api import get_world_size, resolve_group, resolve_peer
+from .api import get_world_size, recv, resolve_group, resolve_peer, send
 from .runtime import current
 
 
@@ -71,14 +71,14 @@ def all_gather_object(object_list, obj, group=None) -> None:
     object_list[:len(objs)] = objs
 
 
-def gather_object(obj, object_gather_list=None, dst=None, group=None) -> None:
+def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None) -> None:
     """object_gather_list[i] on dst becomes group rank i's obj."""
     g = resolve_group(group)
     if g is None:
         _not_member("gather_object")
         return
     _, me = current()
-    root = resolve_peer(g, 0 if dst is None else dst, None, "dst")
+    root = resolve_peer(g, 0 if dst is None and group_dst is None else dst, group_dst, "dst")
     if me == root and not object_gather_list:
         raise DistError("Argument ``object_gather_list`` must be specified on destination rank.")
     if me != root and object_gather_list:
@@ -121,4 +121,26 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
     scatter_object_output_list[0] = _decode(out, int(size[0]))
 
 
-__all__ = ["all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list"]
+def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None, use_batch=False) -> None:
+    """Send the pickled objects to dst: their sizes first, then their bytes (two sends, as torch does)."""
+    encoded = [_encode(o) for o in object_list]
+    sizes = np.array([len(e) for e in encoded], dtype=np.int64)
+    send(sizes, dst, group, group_dst=group_dst)
+    send(np.concatenate(encoded) if encoded else np.zeros(0, np.uint8), dst, group, group_dst=group_dst)
+
+
+def recv_object_list(object_list, src=None, group=None, device=None, group_src=None, use_batch=False) -> int:
+    """Fill object_list (of the sender's length) with src's objects; returns the sender's global rank."""
+    sizes = np.zeros(len(object_list), dtype=np.int64)
+    sender = recv(sizes, src, group, group_src=group_src)
+    payload = np.zeros(int(sizes.sum()), dtype=np.uint8)
+    recv(payload, sender, group)
+    offset = 0
+    for i, size in enumerate(sizes.tolist()):
+        object_list[i] = pickle.loads(payload[offset:offset + size].tobytes())
+        offset += size
+    return sender
+
+
+__all__ = ["all_gather_object", "broadcast_object_list", "gather_object", "recv_object_list", "scatter_object_list",
+           "send_object_list"]
