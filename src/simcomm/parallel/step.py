@@ -36,7 +36,7 @@ from .step_result import CATEGORIES, StepResult
 from .templates import TemplateRunner
 from .traffic import Traffic
 
-TRACE_ALL_RANKS = 64  # trace every GPU of the simulated replica up to this many; else one per stage
+TRACE_BUDGET = 100_000  # layer-level trace records (per-layer blocks and their TP/CP transfers) at most
 
 
 class TemplateCache:
@@ -103,6 +103,15 @@ class StepModel:
         return [stage_memory(self.layout, r, dev.memory_capacity, self.cfg.fp8_format is not None)
                 for r in range(self.dims.pp)]
 
+    def build_passes(self) -> dict:
+        """(pipeline rank, chunk, 'F' | 'B') -> Pass, from the layer templates (timed on the cluster once)."""
+        L, cfg, dims = self.layout, self.cfg, self.dims
+        tpls = [{name: self.templates.get(self.cm, dims.grid[r, 0], self.shape, cfg.act_dtype, cfg.ideal_network,
+                                          name) for name in PROGRAMS} for r in range(dims.pp)]
+        self.passes = {(r, c, ph): build_pass(L, r, c, ph, tpls[r]) for r in range(dims.pp)
+                       for c in range(L.chunks) for ph in "FB"}
+        return self.passes
+
     # ---- the step --------------------------------------------------------------------------------------------
     def run(self) -> StepResult:
         L, cfg, dims = self.layout, self.cfg, self.dims
@@ -114,10 +123,7 @@ class StepModel:
         self.session, self.traffic = session, traffic
         env, pp, v = session.env, dims.pp, L.chunks
         stage_ranks = [dims.grid[r, 0].reshape(-1) for r in range(pp)]
-        tpls = [{name: self.templates.get(self.cm, dims.grid[r, 0], self.shape, cfg.act_dtype, cfg.ideal_network,
-                                          name) for name in PROGRAMS} for r in range(pp)]
-        passes = {(r, c, ph): build_pass(L, r, c, ph, tpls[r]) for r in range(pp) for c in range(v) for ph in "FB"}
-        self.passes = passes
+        passes = self.build_passes()
         notes: list[str] = []
         reps = self._dp_representatives(traffic, notes)
         self._check_replay(traffic, stage_ranks, reps, notes)
@@ -320,8 +326,8 @@ class StepModel:
         step_time = max(ends)
         for r in range(pp):
             acc[r]["bubble"] += step_time - ends[r]
-        self._defer_trace(session, instances, stage_ranks)
-        return self._result(step_time, acc, mem, notes, traffic, passes)
+        self._defer_trace(session, instances, stage_ranks, notes)
+        return self._result(step_time, acc, mem, notes, traffic, passes, ends)
 
     # ---- pieces ----------------------------------------------------------------------------------------------
     def _part_dependencies(self, r, a, p: Pass, gathers, dp_op) -> dict[int, list]:
@@ -382,10 +388,21 @@ class StepModel:
             notes.append("TP/CP traffic shares links with DP or PP traffic here: layer templates are timed alone, "
                          "so their contention with gradient and pipeline transfers is not modelled")
 
-    def _defer_trace(self, session, instances, stage_ranks) -> None:
-        """Per-layer blocks and their TP/CP transfers, made only when the timeline is read."""
-        total = sum(len(s) for s in stage_ranks)
-        traced = [s if total <= TRACE_ALL_RANKS else s[:1] for s in stage_ranks]
+    def _defer_trace(self, session, instances, stage_ranks, notes: list) -> None:
+        """Per-layer blocks and their TP/CP transfers, made only when the timeline is read: for every GPU of the
+        replica when that stays within TRACE_BUDGET records, else for the first GPU of each stage, else none (the
+        passes are recorded anyway)."""
+        per_gpu = sum(len(p.parts) + sum(1 for x in p.parts for seg in x.template.segments if seg.stream != "compute")
+                      for _r, _a, p, _s in instances)
+        width = len(stage_ranks[0])
+        if per_gpu * width <= TRACE_BUDGET:
+            traced = stage_ranks
+        elif per_gpu <= TRACE_BUDGET:
+            traced = [s[:1] for s in stage_ranks]
+        else:
+            notes.append(f"the trace shows passes, not layers: {per_gpu:,} layer records per GPU would exceed "
+                         f"{TRACE_BUDGET:,}")
+            return
 
         def produce():
             out = []
@@ -414,7 +431,7 @@ class StepModel:
             return out
         session.sim.recorder.deferred(produce)
 
-    def _result(self, step_time, acc, mem, notes, traffic, passes) -> StepResult:
+    def _result(self, step_time, acc, mem, notes, traffic, passes, ends) -> StepResult:
         L, cfg, dims = self.layout, self.cfg, self.dims
         model = L.model
         tokens = cfg.global_batch_size * model.seq_length
@@ -440,7 +457,7 @@ class StepModel:
                                    f"{step_time} s")
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
-                          dict(traffic.stats), per_stage)
+                          dict(traffic.stats), per_stage, list(ends))
 
 
 def _label(a, tags) -> str:

@@ -37,7 +37,8 @@ class StepResult:
     device: str
     notes: list[str] = field(default_factory=list)
     traffic: dict = field(default_factory=dict)
-    passes: dict = field(default_factory=dict)  # per stage: mean forward / backward pass seconds
+    passes: dict = field(default_factory=dict)  # per stage: its forward and backward passes' seconds
+    finish: list = field(default_factory=list)  # per stage: when its last work (the optimizer, gathers) ended
 
     @property
     def breakdown(self) -> dict[str, float]:

@@ -59,7 +59,8 @@ class TemplateRunner:
     ranks); `ideal`: communication costs nothing."""
 
     def __init__(self, cluster, cm, stage: np.ndarray, dtype: str, ideal: bool = False):
-        self.session = Session(cluster, detail="steps")
+        self.cluster = cluster
+        self.session = None
         self.cm = cm
         self.stage = np.asarray(stage, dtype=np.int64)
         self.ranks = self.stage.reshape(-1)
@@ -83,7 +84,9 @@ class TemplateRunner:
             out.append(Segment("cp", op.start - t0, op.end - t0, f"{c.name} step {i + 1}", c.nbytes, "p2p"))
 
     def run(self, name: str, steps: list[Step]) -> Template:
-        s = self.session
+        # A fresh simulation from time 0 for every program: its times then do not depend on what ran before
+        # (float rounding of absolute clocks), so a template is the same whichever layout asks for it first.
+        s = self.session = Session(self.cluster, detail="steps")
         segments: list[Segment] = []
         exposed: dict[str, float] = {}
         busy = [0.0]

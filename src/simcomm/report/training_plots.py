@@ -42,14 +42,17 @@ def plot_schedule(activities, path, title: str = "", max_stages: int = 32) -> Pa
     fig, ax = plt.subplots(figsize=(12, 0.9 + 0.42 * max(len(stages), 1)), dpi=110)
     span = max((a.end for s in stages for a in passes[s]), default=1.0)
     for row, stage in enumerate(stages):
+        bars: dict[str, list] = {}  # one broken_barh per colour: thousands of passes draw in one call each
         for a in passes[stage]:
             phase = a.tags["phase"]
-            color = _shade(PHASE_COLORS[phase], a.tags.get("chunk", 0), chunks)
-            ax.broken_barh([(a.start, a.end - a.start)], (row + 0.08, 0.84), facecolors=color, edgecolor="white",
-                           linewidth=0.4)
+            bars.setdefault(_shade(PHASE_COLORS[phase], a.tags.get("chunk", 0), chunks), []).append(
+                (a.start, a.end - a.start))
             if phase != "optimizer" and (a.end - a.start) / span > 0.012:
                 ax.text((a.start + a.end) / 2, row + 0.5, str(a.tags.get("microbatch", "")), ha="center",
                         va="center", fontsize=6, color="white")
+        for color, spans in bars.items():
+            ax.broken_barh(spans, (row + 0.08, 0.84), facecolors=color, edgecolor="white",
+                           linewidth=0.4 if len(spans) < 400 else 0.0)
     ax.set_yticks([i + 0.5 for i in range(len(stages))])
     ax.set_yticklabels([f"stage {s} (GPU {first_gpu[s]})" for s in stages], fontsize=7)
     ax.invert_yaxis()
@@ -87,24 +90,30 @@ def plot_breakdown(step: dict, path, title: str = "") -> Path:
 
 
 def plot_plan(rows: list[dict], path, title: str = "") -> Path:
-    """Every evaluated layout: predicted step time against peak memory per GPU, feasible ones coloured by
-    pipeline size, the best ones named."""
+    """Every layout that fits: predicted step time (filled: simulated; hollow: lower bound) against peak memory
+    per GPU, coloured by pipeline size, the best one named."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
-    ok = [r for r in rows if r.get("step_time") is not None]
+    ok = [r for r in rows if r.get("fits") and ("step_time" in r or "bound" in r)]
     pps = sorted({r["pp"] for r in ok})
     cmap = plt.get_cmap("viridis", max(len(pps), 2))
     for i, pp in enumerate(pps):
-        pts = [r for r in ok if r["pp"] == pp]
-        ax.scatter([r["peak_memory"] / 2**30 for r in pts], [r["step_time"] for r in pts], s=12, color=cmap(i),
-                   label=f"pp {pp}", alpha=0.8)
-    for r in sorted(ok, key=lambda r: r["step_time"])[:5]:
-        ax.annotate(r["layout"], (r["peak_memory"] / 2**30, r["step_time"]), fontsize=6, xytext=(4, 2),
-                    textcoords="offset points")
-    if ok:
-        ax.axvline(ok[0]["capacity"] / 2**30, color="#c44e52", linestyle="--", linewidth=1, label="HBM capacity")
+        for simulated in (False, True):
+            pts = [r for r in ok if r["pp"] == pp and ("step_time" in r) == simulated]
+            if pts:
+                ax.scatter([r["peak_memory"] / 2**30 for r in pts],
+                           [r["step_time"] if simulated else r["bound"] for r in pts], s=16 if simulated else 12,
+                           color=cmap(i), facecolors=cmap(i) if simulated else "none", linewidths=0.8,
+                           label=f"pp {pp}" if not simulated or not any("step_time" not in r and r["pp"] == pp
+                                                                        for r in ok) else None)
+    sim = [r for r in ok if "step_time" in r]
+    if sim:
+        best = min(sim, key=lambda r: r["step_time"])
+        ax.annotate(f"best: {best['layout']}", (best["peak_memory"] / 2**30, best["step_time"]), fontsize=7,
+                    xytext=(-160, 40), textcoords="offset points", arrowprops={"arrowstyle": "->", "lw": 0.8})
+        ax.axvline(best["capacity"] / 2**30, color="#c44e52", linestyle="--", linewidth=1, label="HBM capacity")
     ax.set_xlabel("peak memory per GPU (GiB)")
-    ax.set_ylabel("predicted step time (s)")
+    ax.set_ylabel("step time (s): filled simulated, hollow lower bound")
     ax.set_title(title or "layouts", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
