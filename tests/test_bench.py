@@ -17,3 +17,20 @@ def test_bench_cases_report_events_and_simulated_time(capsys):
 def test_bench_rejects_unknown_case(capsys):
     assert bench.main(["nope"]) == 2
     assert "unknown case" in capsys.readouterr().err
+
+
+def test_step_cases_are_the_scenarios_they_name():
+    from pathlib import Path
+
+    from simcomm.scenario import load_scenario
+    from simcomm.workloads.training import config_of
+    from simcomm.parallel import TrainingConfig
+    files = {"step-gpt3-175b-1024": "gpt3-175b-a100-1024", "step-llama3-405b-16384": "llama3-405b-h100-16384",
+             "plan-llama3-70b-1024": "llama3-70b-h100-1024"}
+    root = Path(__file__).resolve().parents[1] / "scenarios"
+    for case, name in files.items():
+        preset, nodes, model, settings = bench.STEP_CASES[case]
+        loaded = load_scenario(root / f"{name}.yaml")
+        spec = loaded.scenario.workload
+        assert (loaded.scenario.cluster.preset, loaded.scenario.cluster.nodes, spec.model) == (preset, nodes, model)
+        assert config_of(spec) == TrainingConfig(**settings), case

@@ -8,6 +8,9 @@ Cases (from the foundation and collectives issues):
   train-64        one training step of GPT-3 1.3B as rank programs on 64 H100s, tp 2 (sequence parallel) x pp 4
                   (1F1B, 8 microbatches) x dp 8 (DDP, overlapped buckets), size-only tensors
   train-data-16   three steps of a tiny GPT with real data on 16 ranks, tp 2 x cp 2 x pp 2 x dp 2 (ZeRO-1)
+  step-gpt3-175b-1024     the step model (parallel/step.py): scenarios/gpt3-175b-a100-1024.yaml
+  step-llama3-405b-16384  the step model: scenarios/llama3-405b-h100-16384.yaml
+  plan-llama3-70b-1024    `simcomm plan` of scenarios/llama3-70b-h100-1024.yaml on 2 worker processes
 """
 from __future__ import annotations
 
@@ -106,6 +109,48 @@ def bench_training(size_only: bool = True) -> dict:
             "sim_seconds": r.elapsed, **r.stats()}
 
 
+# The step-model cases' settings, as their scenario files give them (tests/test_bench.py checks they agree).
+STEP_CASES = {
+    "step-gpt3-175b-1024": ("dgx-a100", 128, "gpt3-175b", dict(
+        tensor_model_parallel_size=8, pipeline_model_parallel_size=8, num_layers_per_virtual_pipeline_stage=6,
+        micro_batch_size=1, global_batch_size=1536, recompute_granularity="full", bf16=False, fp16=True,
+        use_flash_attn=False, flops_formula="narayanan")),
+    "step-llama3-405b-16384": ("hgx-h100", 2048, "llama3-405b", dict(
+        tensor_model_parallel_size=8, pipeline_model_parallel_size=16, num_layers_per_virtual_pipeline_stage=4,
+        account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True,
+        sequence_parallel=True, micro_batch_size=1, global_batch_size=2048, recompute_granularity="full",
+        recompute_method="block", recompute_num_layers=1, use_distributed_optimizer=True, overlap_grad_reduce=True,
+        overlap_param_gather=True)),
+    "plan-llama3-70b-1024": ("hgx-h100", 128, "llama3-70b", dict(
+        tensor_model_parallel_size=8, pipeline_model_parallel_size=4, num_layers_per_virtual_pipeline_stage=4,
+        sequence_parallel=True, micro_batch_size=1, global_batch_size=1024, use_distributed_optimizer=True,
+        overlap_grad_reduce=True, overlap_param_gather=True)),
+}
+
+
+def bench_step(case: str) -> dict:
+    """One training step of a scenario's layout with the step model (cluster built inside the timing)."""
+    from .parallel import StepModel, TrainingConfig, build_layout, model_preset
+    preset, nodes, model, settings = STEP_CASES[case]
+    cluster = build_cluster(preset, nodes=nodes)
+    sim = StepModel(build_layout(model_preset(model), TrainingConfig(**settings), cluster.num_ranks), cluster)
+    res = sim.run()
+    return {"ranks": cluster.num_ranks, "sim_seconds": res.step_time, "mfu": res.mfu, **sim.session.stats(),
+            "collectives": res.traffic}
+
+
+def bench_plan(case: str, jobs: int = 2) -> dict:
+    """`simcomm plan` of a scenario on `jobs` local processes: layouts tried, fitting, simulated."""
+    from .parallel import TrainingConfig, model_preset
+    from .parallel.search import plan
+    preset, nodes, model, settings = STEP_CASES[case]
+    cluster = build_cluster(preset, nodes=nodes)
+    res = plan(model_preset(model), TrainingConfig(**settings), cluster, jobs=jobs)
+    best = next(r for r in res.rows if "step_time" in r)
+    return {"ranks": cluster.num_ranks, "layouts": res.enumerated, "fit": len(res.feasible),
+            "simulated": res.simulated, "proven": res.proven, "best": best["layout"], "sim_seconds": best["step_time"]}
+
+
 CASES = {
     "flows-fattree": lambda: bench_flows(),
     **{f"ring-{n}": (lambda n=n: bench_ring(n)) for n in (8, 64, 512, 1024, 4096)},
@@ -115,9 +160,13 @@ CASES = {
     "rankprog-256": lambda: bench_rank_program(),
     "train-64": lambda: bench_training(size_only=True),
     "train-data-16": lambda: bench_training(size_only=False),
+    "step-gpt3-175b-1024": lambda: bench_step("step-gpt3-175b-1024"),
+    "step-llama3-405b-16384": lambda: bench_step("step-llama3-405b-16384"),
+    "plan-llama3-70b-1024": lambda: bench_plan("plan-llama3-70b-1024"),
 }
 DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allreduce-ring-1024",
-           "allreduce-hierarchical-1024", "rankprog-256", "train-64"]
+           "allreduce-hierarchical-1024", "rankprog-256", "train-64", "step-gpt3-175b-1024",
+           "step-llama3-405b-16384", "plan-llama3-70b-1024"]
 
 
 def run(cases: list[str]) -> list[dict]:

@@ -11,7 +11,7 @@ import shutil
 import sys
 
 from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError
-from . import calibrate_cmd, compare_cmd, perf, torch_launch
+from . import calibrate_cmd, compare_cmd, perf, plan, torch_launch
 
 EXIT_OK, EXIT_SIM, EXIT_USAGE = 0, 1, 2
 
@@ -312,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="measure the simulator's own speed (simcomm bench --help)", add_help=False)
     torch_launch.add_parser(sub)
     compare_cmd.add_parser(sub)
+    plan.add_parser(sub)
     calibrate_cmd.add_parser(sub)
     return p
 
