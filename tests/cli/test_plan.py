@@ -1,0 +1,45 @@
+"""simcomm plan: a table, JSON and a plot of a training scenario's layouts; clear errors."""
+import json
+
+from simcomm.cli import main
+
+SCENARIO = """\
+name: small-plan
+cluster: {preset: hgx-h100, nodes: 2}
+workload: {kind: training, model: llama3-8b, num_layers: 8, global_batch_size: 16}
+"""
+
+
+def test_plan_prints_the_best_layouts_and_writes_a_plot(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    plot = tmp_path / "plan.png"
+    assert main(["plan", str(path), "--jobs", "1", "--mbs", "1,2", "--recompute", "none,full", "--top", "5",
+                 "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "layouts tried" in out and "simulated" in out and out.count(" tp") >= 5
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_plan_json_lists_every_layout(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    assert main(["plan", str(path), "--jobs", "1", "--tp", "2,4", "--schedules", "1f1b", "--recompute", "none",
+                 "--mbs", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["enumerated"] == len(doc["rows"]) > 0 and {r["tp"] for r in doc["rows"]} == {2, 4}
+    best = doc["rows"][0]
+    assert best["step_time"] >= best["bound"] > 0 and doc["best_is_proven"]
+
+
+def test_plan_errors(tmp_path, capsys):
+    path = tmp_path / "p.yaml"
+    path.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizes: [1MiB]}\n")
+    assert main(["plan", str(path)]) == 2
+    assert "needs a training scenario" in capsys.readouterr().err
+    good = tmp_path / "s.yaml"
+    good.write_text(SCENARIO)
+    assert main(["plan", str(good), "--tp", "two"]) == 2
+    assert "whole numbers" in capsys.readouterr().err
+    assert main(["plan", str(good), "--recompute", "some"]) == 2
+    assert "unknown recomputation" in capsys.readouterr().err
