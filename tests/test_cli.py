@@ -204,3 +204,19 @@ def test_cli_reference_mentions_every_command_and_option():
             for opt in action.option_strings:
                 if opt.startswith("--") and opt != "--help" and action.help != argparse.SUPPRESS:
                     assert f"`{opt}" in doc, (name, opt)
+
+
+def test_outputs_rank_traces_in_the_scenario_file(capsys, tmp_path):
+    """`outputs.rank_traces` does what `run --rank-traces` does: one trace per rank, named as asked."""
+    scen = tmp_path / "s.yaml"
+    scen.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizes: [1MiB], ranks: 4}\n"
+                    "outputs: {rank_traces: per_rank, report: false}\n")
+    code, out, err = run(capsys, "run", str(scen), "--out", str(tmp_path / "o"))
+    assert code == 0 and err == "" and out == ""
+    files = sorted(p.name for p in (tmp_path / "o" / "per_rank").iterdir())
+    assert files == [f"rank{r}.json" for r in range(4)]
+    assert json.loads((tmp_path / "o" / "per_rank" / "rank2.json").read_text())["distributedInfo"]["rank"] == 2
+    scen.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizes: [1MiB]}\n"
+                    "outputs: {rank_traces: ../up}\n")
+    code, _, err = run(capsys, "validate", str(scen))
+    assert code == 2 and "outputs.rank_traces" in err

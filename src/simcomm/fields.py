@@ -57,18 +57,19 @@ _FLOPS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 
 
 def _flops(v) -> float:
-    """'790TFLOPS', '790 TFLOP/s' or a number of flop/s."""
+    """'790TFLOPS', '790 TFLOP/s', '790TFLOPs', '790 Tflops' or a number of flop/s (the unit's case is free; the
+    prefix is k, M, G, T or P; g, t and p too)."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         x = float(v)
     else:
-        m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKMGTP]?)(FLOPS|FLOP/s|flops|flop/s)?\s*", str(v)) \
+        m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKMGTPgtp]?)((?i:flop(?:s|/s)?))?\s*", str(v)) \
             if isinstance(v, str) else None
         try:
-            x = float(m.group(1)) * _FLOPS[m.group(2)] if m else math.nan
+            x = float(m.group(1)) * _FLOPS[m.group(2).upper()] if m else math.nan
         except ValueError:
             x = math.nan
     if not math.isfinite(x) or x <= 0:
-        raise ValueError("expected a positive compute rate such as '790TFLOPS' or 7.9e14")
+        raise ValueError("expected a positive compute rate such as '790TFLOPS', '790 TFLOP/s' or 7.9e14")
     return x
 
 

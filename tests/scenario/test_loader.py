@@ -254,3 +254,50 @@ def test_messages_say_expected_once_and_never_suggest_the_refused_name():
 def test_error_messages_print_a_bounded_value():
     from simcomm.scenario.loader import found
     assert len(found("x" * 10**6)) <= 60 and len(found(10**4000)) <= 60
+
+
+def test_preset_and_topology_together_say_use_one_form():
+    e = error("cluster:\n  preset: hgx-h100\n  topology: [Switch]\n  npus_count: [8]\n"
+              "workload: {kind: perf, sizes: [1MiB]}\n")
+    assert len(e.problems) == 1 and e.path == "cluster" and e.line == 1
+    assert "use one form" in str(e) and "'preset'" in str(e) and "'topology'" in str(e)
+
+
+@pytest.mark.parametrize("text", ["790TFLOPs", "790TFLOPS", "790 TFLOP/s", "790 Tflops", "790 tflop/s", "790T",
+                                  "7.9e14", "790000GFLOPs"])
+def test_compute_rates_in_the_ways_people_write_them(text):
+    s = load_text(f"cluster: {{preset: hgx-h100, overrides: {{compute_rate: '{text}'}}}}\n"
+                  "workload: {kind: perf, sizes: [1MiB]}\n")
+    assert s.cluster.device.compute_rate == pytest.approx(7.9e14)
+
+
+@pytest.mark.parametrize("text", ["790 XFLOPs", "fast", "-1TFLOPs", "790 mflops"])
+def test_bad_compute_rates_say_what_is_expected(text):
+    e = error(f"cluster: {{preset: hgx-h100, overrides: {{compute_rate: '{text}'}}}}\n"
+              "workload: {kind: perf, sizes: [1MiB]}\n")
+    assert e.path == "cluster.overrides.compute_rate" and "790TFLOPS" in str(e)
+
+
+def test_rail_optimised_fabric_options_take_effect():
+    """Every fabric option changes a rail-optimised fabric and the time of traffic that crosses rails (an
+    all_to_all: GPU i of one node to GPU j != i of another goes leaf -> spine -> leaf)."""
+    from simcomm.session import Session
+    from simcomm.workloads.perf import run_perf
+
+    def run(options: str):
+        c = load_text("cluster: {preset: hgx-h100, nodes: 4, fabric: rail-optimised, fabric_options: {"
+                      + options + "}}\nworkload: {kind: perf, sizes: [1MiB]}\n").cluster
+        (row,) = run_perf(Session(c, detail="steps"), ["all_to_all"], [1 << 10 if "latency" in options else 1 << 28])
+        return c.fabric.description, row.time
+
+    base_desc, _ = run("")
+    for option, desc in (("leaf_ports: 2", "2 leaf switch(es) of 2 ports"), ("oversubscription: 4", "8 spine(s)"),
+                         ("link_bandwidth: 1GB/s", "1 GB/s links"), ("latency: 50us", None)):
+        changed, slower = run(option)
+        plain = run("latency: 0.5us" if "latency" in option else "")[1]
+        assert slower > 1.5 * plain, option
+        if desc:
+            assert desc in changed and desc not in base_desc
+    e = error("cluster: {preset: hgx-h100, nodes: 2, fabric: switch, fabric_options: {leaf_ports: 4}}\n"
+              "workload: {kind: perf, sizes: [1MiB]}\n")
+    assert e.path == "cluster.fabric_options" and "leaf_ports" in str(e)

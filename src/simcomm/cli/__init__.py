@@ -69,7 +69,7 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
     json_file = o.json or ("result.json" if args.save_json else None)
     trace_file = o.trace or ("trace.json" if args.trace else None)
     plots = o.plots or (list(PLOT_FILES) if args.plots else [])
-    rank_traces = "rank_traces" if args.rank_traces else None
+    rank_traces = o.rank_traces or ("rank_traces" if args.rank_traces else None)
     if args.no_files:
         json_file, trace_file, plots, rank_traces = None, None, [], None
     bar, progress = _progress(f"running {loaded.name}")

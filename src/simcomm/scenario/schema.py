@@ -140,9 +140,17 @@ def _cluster_tag(v):
     return None
 
 
+def _one_form(v):
+    if isinstance(v, dict) and "preset" in v and "topology" in v:
+        raise ValueError("use one form: 'preset' (a named machine, copied 'nodes' times) or 'topology' (ASTRA-sim "
+                         "style dimensions), not both")
+    return v
+
+
 ClusterSpec = Annotated[Union[Annotated[PresetCluster, Tag("preset")], Annotated[DimsCluster, Tag("dims")]],
                         Discriminator(_cluster_tag, custom_error_type="cluster_type",
-                                      custom_error_message="expected a mapping with 'preset' or 'topology'")]
+                                      custom_error_message="expected a mapping with 'preset' or 'topology'"),
+                        BeforeValidator(_one_form)]
 
 
 # ---- workloads: one spec per kind, from the registry -------------------------------------------------------------
@@ -187,7 +195,7 @@ def _file_option(default: str):
             return None
         if isinstance(v, str) and v.strip() and not v.startswith("/") and ".." not in v.split("/"):
             return v
-        raise ValueError("expected true, false or a file name inside the output directory")
+        raise ValueError("expected true, false or a name inside the output directory")
     return BeforeValidator(check)
 
 
@@ -218,6 +226,9 @@ with warnings.catch_warnings():  # a key named `json` shadows the deprecated Bas
             None, "true or a file name for the Chrome/Perfetto trace", "bool or file")
         plots: Annotated[list[PlotName], BeforeValidator(_plots)] = described([], "true or a list of: " + ", ".join(PLOTS),
                                                                   "bool or list")
+        rank_traces: Annotated[str | None, _file_option("rank_traces")] = described(
+            None, "true or a directory name for one PyTorch-profiler-style trace per rank (what Holistic Trace "
+            "Analysis loads)", "bool or directory")
 
 
 class Sweep(Base):
