@@ -104,8 +104,10 @@ def test_simulation_errors_exit_1(capsys, tmp_path, monkeypatch, fn):
     scen.write_text(f"cluster: {{preset: hgx-h100}}\nworkload: {{kind: program, program: "
                     f"'cli_test_programs:{fn}', ranks: 2}}\n")
     code, out, err = run(capsys, "run", str(scen), "--no-files", "--json")
-    assert code == 1 and "Traceback" not in err and err.startswith("simcomm: error: ")
-    assert json.loads(out)["error"]["exit_code"] == 1
+    assert code == 1 and err.startswith("simcomm: error: ") and json.loads(out)["error"]["exit_code"] == 1
+    # a rank that raised shows its own traceback (the program's frames, none of simcomm's); a deadlock shows none
+    assert ("rank 1: Traceback" in err and "cli_test_programs.py" in err and "simcomm/" not in err) if fn == "boom" \
+        else "Traceback" not in err
 
 
 # ---- sweep, presets, help, bench ---------------------------------------------------------------------------
@@ -220,3 +222,25 @@ def test_outputs_rank_traces_in_the_scenario_file(capsys, tmp_path):
                     "outputs: {rank_traces: ../up}\n")
     code, _, err = run(capsys, "validate", str(scen))
     assert code == 2 and "outputs.rank_traces" in err
+
+
+def test_a_failing_rank_shows_its_own_traceback_and_debug_shows_everything(capsys, tmp_path):
+    (tmp_path / "failing_prog.py").write_text(
+        "import simcomm.distributed as dist\n\n"
+        "def helper(rank):\n    if rank == 1:\n        raise ValueError('rank 1 blew up')\n\n"
+        "def main(rank):\n    dist.init_process_group('nccl')\n    helper(rank)\n")
+    scen = tmp_path / "s.yaml"
+    scen.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: program, program: 'failing_prog:main', ranks: 2}\n")
+    code, _, err = run(capsys, "run", str(scen), "--no-files")
+    prog = str(tmp_path / "failing_prog.py")
+    assert code == 1 and err.startswith("simcomm: error: rank 1 raised ValueError: rank 1 blew up\n")
+    assert f'File "{prog}", line 9, in main' in err and f'File "{prog}", line 5, in helper' in err
+    assert "runtime.py" not in err and err.rstrip().endswith("ValueError: rank 1 blew up")
+    code, out, err = run(capsys, "run", str(scen), "--no-files", "--json")
+    doc = json.loads(out)["error"]
+    assert code == 1 and f'"{prog}", line 5, in helper' in doc["traceback"]
+    for argv in (["run", str(scen), "--no-files", "--debug"], ["--debug", "run", str(scen), "--no-files"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 1 and "runtime.py" in err and "cli/__init__.py" in err and f"line 5, in helper" in err
+    code, _, err = run(capsys, "run", str(tmp_path / "missing.yaml"), "--debug")
+    assert code == 2 and "Traceback (most recent call last)" in err and "ScenarioError" in err

@@ -1,9 +1,13 @@
-"""The program workload's report: per-rank loss and what each rank sent, from the recorded operations."""
+"""The program workload: its report (per-rank loss and what each rank sent, from the recorded operations), the
+module found next to the scenario file, args with units arriving as numbers."""
 from pathlib import Path
 
+import pytest
+
 from simcomm.report.table import render
-from simcomm.scenario import load_scenario, load_text
+from simcomm.scenario import ScenarioError, load_scenario, load_text
 from simcomm.workloads import registry, run_scenario
+from simcomm.workloads.program import with_units
 
 ROOT = Path(__file__).parents[2] / "scenarios"
 
@@ -29,3 +33,59 @@ def test_without_flows_the_report_says_why_bytes_are_missing():
     assert "sent by collectives" not in render(blocks, rich=False)
     assert any(isinstance(b, str) and "model.detail 'flows'" in b for b in blocks)
     assert res.details["ranks"][0] == {"rank": 0, "loss_first": None, "loss_last": None, "steps": 0}
+
+PROGRAM = """\
+import simcomm.distributed as dist
+import numpy as np
+
+def main(rank, nbytes, pause, label):
+    import helper  # a neighbour module, imported while the ranks run
+    dist.init_process_group("nccl")
+    x = np.ones(nbytes // 4, dtype=np.float32)
+    dist.all_reduce(x)
+    return {"nbytes": nbytes, "pause": pause, "label": label, "tag": helper.TAG, "sum": float(x[0]),
+            "file": __file__}
+"""
+
+
+def scenario_dir(path, tag: str):
+    path.mkdir()
+    (path / "myprog_rel.py").write_text(PROGRAM)
+    (path / "helper.py").write_text(f"TAG = {tag!r}\n")
+    (path / "s.yaml").write_text("cluster: {preset: hgx-h100}\nworkload: {kind: program, program: 'myprog_rel:main', "
+                                 "ranks: 2, args: [64MiB, 2ms, ring]}\n")
+    return path / "s.yaml"
+
+
+def test_program_module_is_imported_from_the_scenario_files_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not where the scenario is
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    result = run_scenario(load_scenario(scenario_dir(tmp_path / "a", "a")))
+    assert [r["result"] for r in result.rows] == [
+        {"nbytes": 64 << 20, "pause": pytest.approx(2e-3), "label": "ring", "tag": "a", "sum": 2.0,
+         "file": str(tmp_path / "a" / "myprog_rel.py")}] * 2
+
+
+def test_a_module_of_the_same_name_in_another_scenarios_directory_is_that_ones(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))  # what this test imports goes away with it
+    first = run_scenario(load_scenario(scenario_dir(tmp_path / "a", "a")))
+    second = run_scenario(load_scenario(scenario_dir(tmp_path / "b", "b")))
+    assert first.rows[0]["result"]["file"] == str(tmp_path / "a" / "myprog_rel.py")
+    assert second.rows[0]["result"]["file"] == str(tmp_path / "b" / "myprog_rel.py")
+
+
+def test_a_missing_module_says_where_it_looked(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: program, program: 'nowhere_mod:main'}\n")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path)
+    assert e.value.path == "workload.program" and str(tmp_path) in str(e.value) and "working directory" in str(e.value)
+
+
+def test_units_in_args():
+    assert with_units(["64MiB", "2 ms", "50GB/s", "400Gbps", "8G", "ring", "64", 3, ["1KiB"], {"t": "1us"},
+                       "x1MiB", "1m"]) == \
+        [64 << 20, pytest.approx(2e-3), 50e9, 50e9, 8 << 30, "ring", "64", 3, [1024], {"t": pytest.approx(1e-6)},
+         "x1MiB", "1m"]

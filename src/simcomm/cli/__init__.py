@@ -50,8 +50,8 @@ def cmd_run(args) -> int:
             if status is None:
                 raise
             code = max(code, status)
-            sys.stderr.write(f"simcomm: error: {path}: {exc}\n" if not getattr(exc, "problems", None)
-                             else str(exc).rstrip() + "\n")
+            sys.stderr.write(f"simcomm: error: {path}: {exc}\n{rank_traceback(exc)}"
+                             if not getattr(exc, "problems", None) else str(exc).rstrip() + "\n")
             docs.append({"scenario_file": path, "error": {"type": type(exc).__name__, "message": str(exc),
                                                           "exit_code": status}})
     if args.json:
@@ -109,7 +109,8 @@ def cmd_validate(args) -> int:
         if args.import_programs and loaded.scenario.workload.kind == "program":
             from ..workloads import resolve_program
             try:  # asked for: runs the module's code, as `run` would
-                resolve_program(loaded.scenario.workload.program, error=loaded.source.error)
+                resolve_program(loaded.scenario.workload.program, error=loaded.source.error,
+                                directory=loaded.scenario.directory)
             except ScenarioError as exc:
                 code = EXIT_USAGE
                 results.append({"file": path, "ok": False, "errors": [p.__dict__ for p in exc.problems]})
@@ -261,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simcomm", description="Simulate collective communication of distributed "
                                 "deep learning on modelled GPU clusters.")
     p.add_argument("--version", action="version", version=f"simcomm {__version__}")
+    p.add_argument("--debug", action="store_true", help="on an error, also print Python's full traceback")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     r = sub.add_parser("run", help="run a scenario file and print its report",
@@ -314,17 +316,40 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cmd.add_parser(sub)
     plan.add_parser(sub)
     calibrate_cmd.add_parser(sub)
+    for name in ("run", "perf", "sweep", "presets", "validate", "compare", "calibrate"):  # after the command too
+        sub.choices[name].add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                       help="on an error, also print Python's full traceback")
     return p
 
 
+def rank_traceback(exc: BaseException) -> str:
+    """The failing rank's traceback for a RankFailed, from the rank program's own first frame down (simcomm's
+    thread machinery above it left out); "" for other errors."""
+    import traceback
+    from pathlib import Path
+    orig = getattr(exc, "original", None)
+    if not isinstance(exc, RankFailed) or orig is None:
+        return ""
+    package = str(Path(__file__).resolve().parents[1])
+    frames = traceback.extract_tb(orig.__traceback__)
+    first = next((i for i, f in enumerate(frames) if not str(Path(f.filename).resolve()).startswith(package)), 0)
+    return (f"rank {exc.rank}: Traceback (most recent call last):\n"
+            + "".join(traceback.format_list(frames[first:]) + traceback.format_exception_only(orig)))
+
+
 def _fail(args, exc: BaseException, code: int) -> int:
+    import traceback
     problems = getattr(exc, "problems", None)  # a ScenarioError (not imported here: pydantic is slow to load)
     text = str(exc) if problems else f"simcomm: error: {exc}"
-    sys.stderr.write(text.rstrip() + "\n")
+    # --debug: Python's whole traceback (a failed rank's is chained under it); else a failed rank's own frames
+    where = "".join(traceback.format_exception(exc)) if getattr(args, "debug", False) else rank_traceback(exc)
+    sys.stderr.write(text.rstrip() + "\n" + where)
     if getattr(args, "json", False):
         problems = [p.__dict__ for p in problems or []]
-        _print(json.dumps({"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": code,
-                                     "problems": problems}}, indent=2))
+        doc = {"type": type(exc).__name__, "message": str(exc), "exit_code": code, "problems": problems}
+        if where:
+            doc["traceback"] = where
+        _print(json.dumps({"error": doc}, indent=2))
     return code
 
 

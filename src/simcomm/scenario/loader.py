@@ -59,6 +59,7 @@ class Source:
     name: str
     data: Any = None
     lines: dict = field(default_factory=dict)
+    directory: str | None = None  # of the file it was read from (None for text)
 
     def line(self, path) -> int | None:
         key = tuple(str(p) for p in path)
@@ -201,7 +202,9 @@ def read_source(path) -> Source:
     except UnicodeDecodeError as exc:
         raise ScenarioError([Problem(str(path), None, "", f"expected UTF-8 text: {exc.reason} at byte {exc.start}")]) \
             from None
-    return parse_yaml(text, str(path))
+    src = parse_yaml(text, str(path))
+    src.directory = str(p.resolve().parent)
+    return src
 
 
 # ---- pydantic errors -> problems ---------------------------------------------------------------------------------
@@ -318,6 +321,7 @@ def validate_data(src: Source) -> LoadedScenario:
         scenario = Scenario.model_validate(src.data)
     except ValidationError as exc:
         raise ScenarioError(problems_from(exc, src)) from None
+    scenario._directory = src.directory
     cluster = build(scenario, src)
     check(scenario, cluster, src)
     return LoadedScenario(scenario, cluster, src)

@@ -11,7 +11,7 @@ import types
 import warnings
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
 from ..fields import (MAX_NODES, MAX_RANKS, PLOTS, PROTOCOL_NAMES, Base, FlopRate, Protocol, Rate, Size, Time,
                       described)
@@ -249,6 +249,12 @@ class Scenario(Base):
     model: ModelKnobs = described(default_factory=ModelKnobs, doc="forced choices", type="mapping")
     outputs: Outputs = described(default_factory=Outputs, doc="files to write", type="mapping")
     sweep: Sweep | None = described(None, "parameter grid for `simcomm sweep`", "mapping")
+    _directory: str | None = PrivateAttr(default=None)  # the file's directory (None for text)
+
+    @property
+    def directory(self) -> str | None:
+        """The directory of the scenario file (rank program modules are imported from there first)."""
+        return self._directory
 
 
 # ---- reference -------------------------------------------------------------------------------------------------

@@ -19,10 +19,12 @@ def grid_points(parameters: dict[str, list]) -> list[dict]:
 
 
 def run_point(task: tuple) -> list[dict]:
-    """Run one grid point: (source name, raw data, line index, values) -> summary rows (or one error row)."""
+    """Run one grid point: (source name, raw data, line index, values[, file directory]) -> summary rows (or one
+    error row)."""
     from ..workloads import run_scenario, summarize
     from .loader import Source, validate_data, with_values
-    name, data, lines, values = task
+    name, data, lines, values, *rest = task
+    directory = rest[0] if rest else None
     label = ", ".join(f"{k}={v}" for k, v in values.items())
     try:
         try:
@@ -30,7 +32,7 @@ def run_point(task: tuple) -> list[dict]:
         except ValueError as exc:
             raise SimcommError(str(exc)) from None
         point.pop("sweep", None)
-        loaded = validate_data(Source(f"{name} [{label}]", point, lines))
+        loaded = validate_data(Source(f"{name} [{label}]", point, lines, directory))
         rows = summarize(run_scenario(loaded, detail="steps"))
     except (SimcommError, ValueError) as exc:  # HardwareError, UnitError and AlgorithmError are ValueErrors
         return [{**values, "error": str(exc)}]
@@ -57,7 +59,7 @@ def run_sweep(loaded, parameters: dict[str, list], jobs: int | None = None, ray:
     """Run every grid point of `parameters` over `loaded`; `progress(done, total)` after each point."""
     points = grid_points(parameters)
     src = loaded.source
-    tasks = [(src.name, src.data, src.lines, values) for values in points]
+    tasks = [(src.name, src.data, src.lines, values, src.directory) for values in points]
     count = [0]
 
     def on_done():

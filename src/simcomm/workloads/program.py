@@ -1,12 +1,19 @@
 """Rank programs: ordinary torch.distributed-style code run on every rank (simcomm.spawn), named in a scenario as
-'package.module:function'. A scenario with a program is code you run: only `simcomm run` imports and calls it."""
+'package.module:function'. A scenario with a program is code you run: only `simcomm run` imports and calls it.
+
+The module is found in the scenario file's directory first, then the working directory, then the installed
+packages (as `python script.py` finds modules next to the script). Strings with units in `args` reach the program
+as numbers: sizes ('64MiB') as bytes, times ('2ms') as seconds, rates ('50GB/s') as bytes/s.
+"""
 from __future__ import annotations
 
 import ast
 import importlib
 import importlib.machinery
+import os
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +26,7 @@ from ..vocab import did_you_mean
 from .base import RunResult, Workload, resolve_detail
 from .checks import check_ranks
 from .traffic import bytes_sent, losses
-from ..units import format_size
+from ..units import UnitError, format_size, parse_rate, parse_size, parse_time
 
 
 # ---- the spec ----------------------------------------------------------------------------------------------
@@ -31,7 +38,8 @@ class ProgramSpec(Base):
     kind: Literal["program"] = described(doc="program")
     program: str = described(doc="'package.module:function', called as function(rank, *args)")
     ranks: int | None = described(None, "number of ranks (default: every rank of the cluster)", ge=1, le=4096)
-    args: list[Any] = described([], "extra positional arguments", "list")
+    args: list[Any] = described([], "extra positional arguments; strings with units become numbers: sizes "
+                                "('64MiB') bytes, times ('2ms') seconds, rates ('50GB/s') bytes/s", "list")
 
     @field_validator("program")
     @classmethod
@@ -42,13 +50,65 @@ class ProgramSpec(Base):
 
 
 
-def resolve_program(spec: str, where=("workload", "program"), error=None):
-    """Import the program's module and return its function (this runs the module's code)."""
+_WITH_UNIT = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*[^\d\s.+-]\S*\s*")
+
+
+def with_units(value):
+    """`value` with every string that is a number and a unit ('64MiB', '2 ms', '50GB/s') turned into that number in
+    SI units: a size in bytes (int), a time in seconds, a rate in bytes/s; anything else as it was."""
+    if isinstance(value, list):
+        return [with_units(v) for v in value]
+    if isinstance(value, dict):
+        return {k: with_units(v) for k, v in value.items()}
+    if isinstance(value, str) and _WITH_UNIT.fullmatch(value):
+        for parse in (parse_size, parse_time, parse_rate):
+            try:
+                return parse(value)
+            except UnitError:
+                pass
+    return value
+
+
+@contextmanager
+def importable_from(directory: str | None):
+    """Modules are found in `directory` (the scenario file's), then the working directory, then as usual; a
+    module imported earlier from elsewhere under the name of one in `directory` is forgotten first."""
+    first = [d for d in (directory, os.getcwd()) if d]
+    saved = list(sys.path)
+    sys.path[:0] = first
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def _forget_shadowed(module: str, directory: str | None) -> None:
+    top = module.split(".")[0]
+    old = sys.modules.get(top)
+    here = Path(directory or os.getcwd())
+    if old is None or not ((here / f"{top}.py").is_file() or (here / top / "__init__.py").is_file()):
+        return
+    where = getattr(old, "__file__", None)
+    if where is None or Path(where).resolve().is_relative_to(here.resolve()):
+        return
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        del sys.modules[name]
+
+
+def _looked_in(directory: str | None) -> str:
+    return (f"{directory}, " if directory else "") + "the working directory and the installed packages"
+
+
+def resolve_program(spec: str, where=("workload", "program"), error=None, directory: str | None = None):
+    """Import the program's module (from `directory` first, see importable_from) and return its function (this
+    runs the module's code)."""
     module, _, func = spec.partition(":")
     try:
-        mod = importlib.import_module(module)
+        with importable_from(directory):
+            _forget_shadowed(module, directory)
+            mod = importlib.import_module(module)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure to import is the user's to fix
-        message = f"cannot import module {module!r}: {type(exc).__name__}: {exc}"
+        message = f"cannot import module {module!r} (looked in {_looked_in(directory)}): {type(exc).__name__}: {exc}"
         raise (error(where, message) if error else SimcommError(f"{'.'.join(where)}: {message}")) from None
     fn = getattr(mod, func, None)
     if not callable(fn):
@@ -96,12 +156,14 @@ def _top_level_names(spec) -> set[str] | None:
     return None if "*" in names or "__getattr__" in names else names
 
 
-def check_program(spec: str, error, where=("workload", "program")) -> None:
+def check_program(spec: str, error, where=("workload", "program"), directory: str | None = None) -> None:
     """Find module and function without importing (a scenario's program is code the user runs with `run`)."""
     module, _, func = spec.partition(":")
-    found = _module_spec(module)
+    with importable_from(directory):
+        _forget_shadowed(module, directory)
+        found = _module_spec(module)
     if found is None:
-        raise error(where, f"cannot find module {module!r} (on sys.path: {', '.join(sys.path[:4])}...)")
+        raise error(where, f"cannot find module {module!r} (looked in {_looked_in(directory)})")
     names = _top_level_names(found)
     if names is not None and func not in names:
         raise error(where, f"module {module!r} does not define {func!r}"
@@ -136,15 +198,18 @@ class ProgramWorkload(Workload):
 
     def check(self, spec: ProgramSpec, scenario, cluster, error) -> None:
         check_ranks(spec.ranks or cluster.num_ranks, cluster, ("workload", "ranks"), error)
-        check_program(spec.program, error)
+        check_program(spec.program, error, directory=scenario.directory)
 
     def run(self, spec: ProgramSpec, scenario, cluster, name: str, detail: str | None,
             progress=None) -> RunResult:
         model = scenario.model
         n = spec.ranks or cluster.num_ranks
         forced = model.algorithm or {}
-        res = spawn(resolve_program(spec.program), tuple(spec.args), n, cluster, algorithm=forced.get("*", forced or None),
-                    protocol=model.protocol, numerics=model.numerics, detail=resolve_detail(detail or model.detail, n))
+        fn = resolve_program(spec.program, directory=scenario.directory)
+        with importable_from(scenario.directory):  # the program may import its neighbours as it runs
+            res = spawn(fn, tuple(with_units(spec.args)), n, cluster, algorithm=forced.get("*", forced or None),
+                        protocol=model.protocol, numerics=model.numerics,
+                        detail=resolve_detail(detail or model.detail, n))
         comm = {r: 0.0 for r in range(n)}
         for a in res.timeline:
             if a.kind == "collective" and a.rank in comm:
