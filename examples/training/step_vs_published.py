@@ -1,0 +1,128 @@
+"""The step model's predictions beside published end-to-end training figures (docs/training.md's table).
+
+    python examples/training/step_vs_published.py            # every row (the 3,072-GPU one takes a minute)
+    python examples/training/step_vs_published.py k22 n1.7   # some rows, by key
+    python examples/training/step_vs_published.py --json     # one JSON object per row
+
+Each row is the source's model and layout on the matching simulated cluster; the metric is the source's (its
+FLOPs formula and peak). Settings a source does not give are assumptions, listed in docs/training.md.
+"""
+import json
+import sys
+import time
+
+from simcomm.hardware import build_cluster
+from simcomm.parallel import StepModel, TrainingConfig, TransformerConfig, build_layout, model_preset
+from simcomm.parallel.model.flops import megatron_flops_per_token
+
+
+def gpt(h, a, L, name, s=2048, V=51200):
+    return TransformerConfig(L, h, a, s, V, name=name)
+
+
+NARAYANAN = dict(bf16=False, fp16=True, recompute_granularity="full", use_flash_attn=False, micro_batch_size=1,
+                 flops_formula="narayanan")
+KORTHIKANTI = dict(bf16=False, fp16=True, recompute_granularity="selective", sequence_parallel=True,
+                   use_flash_attn=False, micro_batch_size=1, flops_formula="narayanan")
+LLAMA = dict(sequence_parallel=True, micro_batch_size=1, use_distributed_optimizer=True, overlap_grad_reduce=True,
+             overlap_param_gather=True, account_for_embedding_in_pipeline_split=True,
+             account_for_loss_in_pipeline_split=True, num_layers_per_virtual_pipeline_stage=4,
+             recompute_granularity="full", recompute_method="block", recompute_num_layers=1)
+
+# (key, source, metric, published, preset, gpus, model, settings)
+ROWS = [
+    ("n1.7", "Narayanan 2021 Table 1", "tflops_eq3", 137, "dgx-a100", 32, gpt(2304, 24, 24, "1.7B"),
+     dict(NARAYANAN, tensor_model_parallel_size=1, pipeline_model_parallel_size=1, global_batch_size=512)),
+    ("n3.6", "Narayanan 2021 Table 1", "tflops_eq3", 138, "dgx-a100", 64, gpt(3072, 32, 30, "3.6B"),
+     dict(NARAYANAN, tensor_model_parallel_size=2, pipeline_model_parallel_size=1, global_batch_size=512)),
+    ("n7.5", "Narayanan 2021 Table 1", "tflops_eq3", 142, "dgx-a100", 128, gpt(4096, 32, 36, "7.5B"),
+     dict(NARAYANAN, tensor_model_parallel_size=4, pipeline_model_parallel_size=1, global_batch_size=512)),
+    ("n18", "Narayanan 2021 Table 1", "tflops_eq3", 135, "dgx-a100", 256, gpt(6144, 48, 40, "18.4B"),
+     dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=1, global_batch_size=1024)),
+    ("n39", "Narayanan 2021 Table 1", "tflops_eq3", 138, "dgx-a100", 512, gpt(8192, 64, 48, "39.1B"),
+     dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=2, global_batch_size=1536)),
+    ("n76", "Narayanan 2021 Table 1", "tflops_eq3", 140, "dgx-a100", 1024, gpt(10240, 80, 60, "76.1B"),
+     dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=4, global_batch_size=1792)),
+    ("n145", "Narayanan 2021 Table 1", "tflops_eq3", 148, "dgx-a100", 1536, gpt(12288, 96, 80, "145.6B"),
+     dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=8, global_batch_size=2304)),
+    ("n310", "Narayanan 2021 Table 1", "tflops_eq3", 155, "dgx-a100", 1920, gpt(16384, 128, 96, "310.1B"),
+     dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=16, global_batch_size=2160)),
+    ("n530", "Narayanan 2021 Table 1", "tflops_eq3", 163, "dgx-a100", 2520, gpt(20480, 128, 105, "529.6B"),
+     dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=35, global_batch_size=2520)),
+    ("n1t", "Narayanan 2021 Table 1", "tflops_eq3", 163, "dgx-a100", 3072, gpt(25600, 160, 128, "1008B"),
+     dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=64, global_batch_size=3072)),
+    ("g175", "Narayanan 2021 sec. 5.1 (GPT-3, 34 days)", "tflops_eq3", 140, "dgx-a100", 1024,
+     model_preset("gpt3-175b"), dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=8,
+                                     num_layers_per_virtual_pipeline_stage=6, global_batch_size=1536)),
+    ("k22", "Korthikanti 2022 (MFU)", "mfu", 41.5, "dgx-a100", 8, gpt(6144, 64, 48, "22B"),
+     dict(KORTHIKANTI, tensor_model_parallel_size=8, pipeline_model_parallel_size=1, global_batch_size=4)),
+    ("k175", "Korthikanti 2022 (MFU)", "mfu", 51.4, "dgx-a100", 64, model_preset("gpt3-175b"),
+     dict(KORTHIKANTI, tensor_model_parallel_size=8, pipeline_model_parallel_size=8, global_batch_size=64)),
+    ("k530", "Korthikanti 2022 (MFU)", "mfu", 56.0, "dgx-a100", 280, gpt(20480, 128, 105, "530B"),
+     dict(KORTHIKANTI, tensor_model_parallel_size=8, pipeline_model_parallel_size=35, global_batch_size=280)),
+    ("k1t", "Korthikanti 2022 (MFU)", "mfu", 56.3, "dgx-a100", 512, gpt(25600, 160, 128, "1T"),
+     dict(KORTHIKANTI, tensor_model_parallel_size=8, pipeline_model_parallel_size=64, global_batch_size=512)),
+    ("l8k", "Llama 3 Table 4", "tflops", 430, "hgx-h100", 8192, model_preset("llama3-405b"),
+     dict(LLAMA, tensor_model_parallel_size=8, pipeline_model_parallel_size=16, global_batch_size=2048)),
+    ("l16k", "Llama 3 Table 4", "tflops", 400, "hgx-h100", 16384, model_preset("llama3-405b"),
+     dict(LLAMA, tensor_model_parallel_size=8, pipeline_model_parallel_size=16, global_batch_size=2048)),
+    ("l16kcp", "Llama 3 Table 4 (131k context)", "tflops", 380, "hgx-h100", 16384,
+     model_preset("llama3-405b", seq_length=131072),
+     dict(LLAMA, tensor_model_parallel_size=8, pipeline_model_parallel_size=16, context_parallel_size=16,
+          global_batch_size=128)),
+    ("ms12k", "MegaScale 2024 (175B, 12,288 GPUs)", "mfu", 55.2, "dgx-a100", 12288, model_preset("gpt3-175b"),
+     dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=8, num_layers_per_virtual_pipeline_stage=6,
+          sequence_parallel=True, micro_batch_size=1, global_batch_size=6144, use_distributed_optimizer=True,
+          overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=True, overlap_p2p_comm=True,
+          recompute_granularity="selective", flops_formula="narayanan")),
+]
+
+
+def run(row):
+    key, source, metric, published, preset, gpus, model, settings = row
+    t = time.perf_counter()
+    cluster = build_cluster(preset, nodes=gpus // 8)
+    layout = build_layout(model, TrainingConfig(**settings), cluster.num_ranks)
+    sim = StepModel(layout, cluster, check_memory=False)
+    res = sim.run()
+    pred = {"tflops_eq3": res.hardware_flops / res.step_time / res.world / 1e12,
+            "tflops": res.tflops_per_gpu, "mfu": 100 * res.mfu}[metric]
+    out = {"key": key, "source": source, "model": model.name, "gpus": gpus, "layout": layout.describe(),
+           "metric": metric, "published": published, "predicted": pred, "error": pred / published - 1,
+           "step_time": res.step_time, "mfu": res.mfu, "hfu": res.hfu, "peak_memory_gib": res.peak_memory / 2**30,
+           "fits": all(m.fits for m in res.memory), "breakdown": {k: v / res.step_time for k, v in
+                                                                   res.breakdown.items()},
+           "wall": time.perf_counter() - t}
+    if metric == "tflops":  # the Llama rows also with Megatron's causal halving of core attention
+        out["tflops_causal"] = (megatron_flops_per_token(model, causal=True) * res.tokens / res.step_time /
+                                res.world / 1e12)
+    return out
+
+
+def main(argv) -> int:
+    as_json = "--json" in argv
+    want = [a for a in argv if a != "--json"]
+    unknown = set(want) - {r[0] for r in ROWS}
+    if unknown:
+        print(f"unknown row(s) {', '.join(sorted(unknown))}; rows: {', '.join(r[0] for r in ROWS)}", file=sys.stderr)
+        return 2
+    errors = []
+    for row in ROWS:
+        if want and row[0] not in want:
+            continue
+        r = run(row)
+        errors.append(abs(r["error"]))
+        if as_json:
+            print(json.dumps(r), flush=True)
+            continue
+        unit = "%" if r["metric"] == "mfu" else " TFLOP/s"
+        print(f"{r['key']:<7} {r['source']:<38} {r['model']:<10} {r['gpus']:>6} GPUs  {r['metric']:<10} "
+              f"published {r['published']:g}{unit}  predicted {r['predicted']:.1f}{unit}  error {r['error']:+.1%}"
+              + ("" if r["fits"] else f"  (needs {r['peak_memory_gib']:.0f} GiB per GPU)"), flush=True)
+    if not as_json:
+        print(f"mean |error| {sum(errors) / len(errors):.1%} over {len(errors)} row(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
