@@ -9,7 +9,7 @@ import torch
 import torch.distributed as tdist
 
 from simcomm.backends.launch import launch
-from simcomm.backends.launch.runner import torchrun_cluster
+from simcomm.backends.placement import torchrun_cluster
 from simcomm.errors import DeadlockError, RankFailed
 
 
