@@ -56,7 +56,9 @@ def rows_under(lines: list[str], title: str | None) -> list[str]:
     out, inside = [], title is None
     for line in lines:
         if line.startswith("#"):
-            if title is not None and line.startswith(("# ", "#  ")) and "size" not in line and "(B)" not in line:
+            words = line.lstrip("#").split()
+            column_header = bool(words) and (words[0] in ("size", "(B)"))
+            if title is not None and not column_header:
                 inside = title in line
             continue
         if inside and line.strip():

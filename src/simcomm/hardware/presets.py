@@ -47,6 +47,17 @@ _REF = "docs/model.md: effective link figures (NCCL's tuning model, published nc
 _NCCL = "NCCL src/graph/tuning.cc: NVLink 20.0 (SM80) / 20.6 (SM90) GB/s per link, PCIe width*rate/80"
 
 
+# Software figures fitted to public nccl-tests tables: calibration/fit_presets.py fits launch overhead and
+# bandwidth efficiencies (by algorithm family and protocol) to calibration/systems.yaml's measured sweeps and writes
+# calibration/fitted.yaml; tests/test_calibration.py keeps these equal to it. See docs/validation.md.
+_FITTED_BY = "calibration/fit_presets.py (public nccl-tests tables, calibration/systems.yaml)"
+FITTED_TUNING = {
+    "dgx-a100": Tuning(1.6902e-05, 0.0, (("LL128", 0.881), ("ring", 0.947), ("tree", 0.8008),), (_FITTED_BY,)),
+    "hgx-h100": Tuning(1.5434e-05, 0.0, (("LL128", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 0.3852),), (_FITTED_BY,)),
+    "hgx-h200": Tuning(5.633e-06, 0.0, (("LL128", 1.0), ("nvls", 0.7705), ("ring", 1.0), ("tree", 1.0),), (_FITTED_BY,)),
+}
+
+
 def _sxm_node(name: str, gpu: DeviceSpec, links_per_gpu: int, per_link: float, pcie: float, nic: float,
               nvls: bool, text: str, nic_text: str) -> NodeTemplate:
     """8 SXM GPUs on one NVSwitch crossbar; 4 PCIe switches with 2 GPUs + 2 NICs each; two sockets."""
@@ -67,7 +78,7 @@ def _sxm_node(name: str, gpu: DeviceSpec, links_per_gpu: int, per_link: float, p
                    f"aggregate {links_per_gpu} x {per_link / 1e9:g} GB/s link per GPU and direction (NCCL stripes "
                    f"over all chips); {nic_text}, one per GPU (rail i); 4 PCIe switches with 2 GPUs + 2 NICs each")
     return NodeTemplate(name, description, gpu, vertices, tuple(gpus), tuple(links), tuple(nics), tuple(range(8)),
-                        nic, NIC_LAT, nvls, (_NCCL, _REF, "latencies: estimates"))
+                        nic, NIC_LAT, nvls, (_NCCL, _REF, "latencies: estimates"), FITTED_TUNING.get(name, Tuning()))
 
 
 def dgx_a100() -> NodeTemplate:

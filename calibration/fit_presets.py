@@ -1,0 +1,140 @@
+"""Fit the GPU presets' software figures (hardware.Tuning) to the public nccl-tests tables, with cross-validation.
+
+    python calibration/fit_presets.py            # fit, cross-validate, write calibration/fitted.yaml
+    python calibration/fit_presets.py --check    # only evaluate the figures presets.py carries now
+
+For each preset, the free figures are the launch overhead per collective, the per-step overhead, and bandwidth
+efficiencies for the algorithm families (ring, tree, nvls) and the LL/LL128 protocols. The objective is the mean
+|ln(predicted / measured)| over the training points, each a full simulation (simcomm.backends.calibrate.fit).
+Cross-validation: (1) sizes: fit on every other size of every sweep, score the others; (2) systems: for presets
+measured by several systems, fit without one system and score it. The final figures are fitted on everything.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from simcomm.backends.calibrate.fit import Free, Observation, Space, fit, predict  # noqa: E402
+from simcomm.backends.nccl_log import read_log  # noqa: E402
+from simcomm.hardware import Tuning, get_preset  # noqa: E402
+
+MIB = 1 << 20
+FREE = [Free("tuning.launch_overhead", 1e-7, 1e-4, 1e-5), Free("tuning.efficiency.nvls", 0.4, 1.2, 0.85),
+        Free("tuning.efficiency.ring", 0.5, 1.2, 1.0), Free("tuning.efficiency.tree", 0.3, 1.2, 1.0),
+        Free("tuning.efficiency.LL128", 0.3, 1.2, 1.0)]
+MIN_SIZE = 64 << 10  # below this nccl-tests times are launch-bound noise (and busbw-only tables lose precision)
+
+
+def systems() -> dict:
+    return yaml.safe_load((HERE / "systems.yaml").read_text())["systems"]
+
+
+def observations(name: str, system: dict) -> list[Observation]:
+    out = []
+    for sw in system["sweeps"]:
+        (table,) = read_log(HERE / "nccl-tests" / f"{sw['log']}.log")
+        dtype = {"double": "float64"}.get(table.dtype, "float32")
+        for r in table.rows:
+            if r.size >= MIN_SIZE:
+                out.append(Observation(sw["collective"], sw["ranks"], r.size, r.out_of_place.time_us * 1e-6,
+                                       system.get("nodes", 1), sw.get("algo"), dtype, name))
+    return out
+
+
+def space_for(preset: str, tuning: Tuning | None = None, free=()) -> Space:
+    return Space(preset, tuning=tuning or Tuning(), free=list(free))
+
+
+def gm_error(pred, obs) -> float:
+    logs = [abs(math.log(p / o.seconds)) for p, o in zip(pred, obs)]
+    return math.exp(sum(logs) / len(logs)) - 1 if logs else math.nan
+
+
+def bands(pred, obs) -> dict:
+    out = {}
+    for name, lo, hi in (("1-64 MiB", MIB, 64 * MIB), (">= 64 MiB", 64 * MIB, math.inf)):
+        sel = [(p, o) for p, o in zip(pred, obs) if lo <= o.size < hi]
+        if sel:
+            out[name] = gm_error(*zip(*sel))
+    return out
+
+
+def tuning_from(values: dict, sources) -> Tuning:
+    eff = tuple(sorted((k.split(".", 2)[2], round(v, 4)) for k, v in values.items() if ".efficiency." in k))
+    return Tuning(round(values["tuning.launch_overhead"], 9), round(values["tuning.step_overhead"], 10), eff,
+                  tuple(sources))
+
+
+def fit_preset(obs: list[Observation], preset: str, sweeps: int = 2, steps: int = 6) -> dict:
+    families = {"nvls", "ring", "tree"} if get_preset(preset).builder().nvls else {"ring", "tree"}
+    free = [f for f in FREE if not f.key.startswith("tuning.efficiency.") or f.key.split(".")[-1] in
+            families | {"LL128"}]
+    values = fit(space_for(preset, free=free), obs, sweeps=sweeps, steps=steps,
+                 progress=lambda sw, k, v, best: print(f"  [{preset}] sweep {sw} {k}={v:.4g} objective {best:.4f}",
+                                                       file=sys.stderr, flush=True))
+    return {"tuning.step_overhead": 0.0, **values}
+
+
+def report(title: str, preset: str, tuning: Tuning, per_system: dict) -> list[str]:
+    lines = [f"### {title}", "", "| system | sizes | 1-64 MiB | >= 64 MiB |", "| --- | --- | --- | --- |"]
+    for name, obs in per_system.items():
+        b = bands(predict(space_for(preset, tuning), obs), obs)
+        lines.append(f"| {name} | {len(obs)} | " + " | ".join(
+            f"{b[k] * 100:.1f}%" if k in b else "-" for k in ("1-64 MiB", ">= 64 MiB")) + " |")
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true", help="only score the presets' current figures")
+    args = ap.parse_args()
+    by_preset: dict[str, dict[str, list[Observation]]] = {}
+    for name, s in systems().items():
+        by_preset.setdefault(s["preset"], {})[name] = observations(name, s)
+    fitted = {}
+    order = sorted(by_preset, key=lambda p: len(by_preset[p]))  # quick ones first
+    for preset in order:
+        per_system = by_preset[preset]
+        everything = [o for obs in per_system.values() for o in obs]
+        current = get_preset(preset).builder().tuning
+        out = report(f"{preset}: NCCL's tuner figures (no tuning)", preset, Tuning(), per_system)
+        out += report(f"{preset}: the figures presets.py carries", preset, current, per_system)
+        if not args.check:
+            v = fit_preset(everything, preset)
+            t = tuning_from(v, [f"calibration/fit_presets.py on {', '.join(per_system)}"])
+            fitted[preset] = {"launch_overhead": t.launch_overhead, "step_overhead": t.step_overhead,
+                              "efficiency": dict(t.efficiency), "systems": list(per_system)}
+            (HERE / "fitted.yaml").write_text("# written by calibration/fit_presets.py; presets.py carries these "
+                                              "figures\n" + yaml.safe_dump(fitted, sort_keys=True))
+            out += report(f"{preset}: fitted on every system and size (the preset's figures)", preset, t,
+                          per_system)
+            # cross-validation (1): sizes held back
+            train = [o for obs in per_system.values() for o in sorted(obs, key=lambda o: (o.collective, o.size))[0::2]]
+            held = {n: [o for o in obs if o not in train] for n, obs in per_system.items()}
+            v = fit_preset(train, preset)
+            out += report(f"{preset}: fitted on every other size, scored on the sizes held back", preset,
+                          tuning_from(v, ()), held)
+            # cross-validation (2): systems held back
+            if len(per_system) > 1:
+                rows = []
+                for name in per_system:
+                    rest = [o for n, obs in per_system.items() if n != name for o in obs]
+                    v = fit_preset(rest, preset)
+                    b = bands(predict(space_for(preset, tuning_from(v, ())), per_system[name]), per_system[name])
+                    rows.append(f"| {name} | " + " | ".join(f"{b[k] * 100:.1f}%" if k in b else "-"
+                                                           for k in ("1-64 MiB", ">= 64 MiB")) + " |")
+                out += [f"### {preset}: each system scored by figures fitted on the other systems", "",
+                        "| system held back | 1-64 MiB | >= 64 MiB |", "| --- | --- | --- |", *rows, ""]
+        print("\n".join(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
