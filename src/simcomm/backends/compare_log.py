@@ -16,6 +16,7 @@ from ..hardware import Cluster, build_cluster
 from ..units import format_size
 from ..vocab import DTYPE_ALIASES, DTYPES, busbw_factor
 from .nccl_log import Table
+from .placement import torchrun_cluster
 
 MIB = 1 << 20
 BANDS = (("< 1 MiB", 0, MIB), ("1-64 MiB", MIB, 64 * MIB), (">= 64 MiB", 64 * MIB, math.inf))
@@ -76,7 +77,6 @@ def _dtype(name: str | None) -> str:
 def cluster_for(cluster, ranks: int, nodes: int | None) -> tuple[Cluster, int]:
     """The cluster a measured sweep ran on: `nodes` nodes (default: as few as hold the ranks) with ranks / nodes
     ranks each (a node's first GPUs when it has more)."""
-    from .launch.runner import torchrun_cluster
     if isinstance(cluster, Cluster):
         return cluster, cluster.num_nodes
     probe = build_cluster(cluster)

@@ -85,8 +85,8 @@ class Space:
 def _spread(base, space: Space, per_node: int, nodes: int):
     """A cluster like `base` with only the first `per_node` GPUs of each node."""
     from ...hardware import Cluster, build_fabric, get_preset
-    from ..launch.runner import _first_ranks
-    template = _first_ranks(base.template, per_node)
+    from ..placement import first_ranks
+    template = first_ranks(base.template, per_node)
     fabric = build_fabric(get_preset(space.preset).default_fabric, nodes, template)
     return Cluster(f"{base.name} ({per_node} GPUs per node)", template, nodes, fabric)
 

@@ -12,9 +12,7 @@ import torch.multiprocessing as tmp
 
 from ...distributed.spawn import resolve_cluster
 from ...errors import SimcommError
-import dataclasses
-
-from ...hardware import Cluster, build_cluster, build_fabric, get_preset
+from ..placement import torchrun_cluster
 from . import clock as launch_clock
 from . import multiprocessing as launch_mp
 from .cuda import LaunchDevice, cuda_functions
@@ -44,39 +42,6 @@ class LaunchResult:
     @property
     def ok(self) -> bool:
         return all(w.error is None for w in self.worlds)
-
-
-def torchrun_cluster(cluster, nproc_per_node: int, nnodes: int) -> Cluster:
-    """The cluster for `nnodes` x `nproc_per_node` ranks: ranks r -> node r // nproc_per_node, local GPU
-    r % nproc_per_node (a node with fewer ranks than GPUs keeps its first GPUs)."""
-    if isinstance(cluster, Cluster):
-        if cluster.num_nodes != nnodes or cluster.ranks_per_node < nproc_per_node:
-            raise SimcommError(f"--nnodes {nnodes} --nproc-per-node {nproc_per_node} does not fit {cluster.name}")
-        return cluster
-    probe = build_cluster(cluster)
-    if probe.device.kind == "cpu":
-        return build_cluster(cluster, nodes=nnodes, ranks_per_node=nproc_per_node)
-    if nproc_per_node > probe.ranks_per_node:
-        raise SimcommError(f"--nproc-per-node {nproc_per_node} exceeds the {probe.ranks_per_node} GPUs per node of "
-                           f"{probe.name}")
-    if nnodes == 1:
-        return probe
-    full = build_cluster(cluster, nodes=nnodes)
-    if nproc_per_node == probe.ranks_per_node:
-        return full
-    template = _first_ranks(probe.template, nproc_per_node)
-    fabric = build_fabric(get_preset(cluster).default_fabric, nnodes, template)
-    return Cluster(f"{nnodes}x {probe.name} ({nproc_per_node} of {probe.ranks_per_node} GPUs, {fabric.kind})",
-                   template, nnodes, fabric)
-
-
-def _first_ranks(t, n: int):
-    """Node template t with only its first n endpoints (the other GPUs and their links removed)."""
-    gone = set(t.endpoints[n:])
-    return dataclasses.replace(
-        t, vertices={v: k for v, k in t.vertices.items() if v not in gone}, endpoints=t.endpoints[:n],
-        links=tuple(link for link in t.links if link.src not in gone and link.dst not in gone),
-        endpoint_nic=t.endpoint_nic[:n], description=f"{t.description} [first {n} GPUs only]")
 
 
 class _Launch:
