@@ -111,7 +111,8 @@ def test_simulation_errors_exit_1(capsys, tmp_path, monkeypatch, fn):
 
 
 # ---- sweep, presets, help, bench ---------------------------------------------------------------------------
-def test_sweep(capsys, tmp_path):
+def test_sweep(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the scenario's outputs.json lands in simcomm-out/ here
     path = ROOT / "scenarios" / "scaling-sweep.yaml"
     code, out, _ = run(capsys, "sweep", str(path), "--jobs", "1", "--json", "--param", "cluster.nodes=1,2",
                        "--out", str(tmp_path / "s.json"))
@@ -121,6 +122,8 @@ def test_sweep(capsys, tmp_path):
     code, out, _ = run(capsys, "sweep", str(path), "--jobs", "1", "--param", "cluster.nodes=1",
                        "--param", "model.protocol=[Simple]")
     assert code == 0 and "busbw (GB/s)" in out and "peak_busbw (GB/s)" in out
+    saved = json.loads((tmp_path / "simcomm-out" / "scaling-sweep" / "result.json").read_text())
+    assert "wrote json: simcomm-out/scaling-sweep/result.json" in out and len(saved["rows"]) == 1
     code, _, err = run(capsys, "sweep", str(ROOT / "scenarios" / "quickstart.yaml"))
     assert code == 2 and "no sweep section" in err
     code, out, err = run(capsys, "sweep", str(path), "--jobs", "1", "--param", "cluster.nodes=0")
@@ -244,3 +247,16 @@ def test_a_failing_rank_shows_its_own_traceback_and_debug_shows_everything(capsy
         assert code == 1 and "runtime.py" in err and "cli/__init__.py" in err and f"line 5, in helper" in err
     code, _, err = run(capsys, "run", str(tmp_path / "missing.yaml"), "--debug")
     assert code == 2 and "Traceback (most recent call last)" in err and "ScenarioError" in err
+
+
+def test_sweep_honours_the_scenarios_outputs(capsys, tmp_path):
+    """outputs.json (with outputs.dir) is written by a sweep as by run; report: false prints no table; outputs a
+    sweep cannot write are named, not silently dropped."""
+    scen = tmp_path / "s.yaml"
+    scen.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizes: [1MiB]}\n"
+                    f"outputs: {{dir: {tmp_path / 'o'}, json: rows.json, report: false, trace: true}}\n"
+                    "sweep: {parameters: {workload.sizes: [[1MiB], [2MiB]]}, jobs: 1}\n")
+    code, out, err = run(capsys, "sweep", str(scen))
+    doc = json.loads((tmp_path / "o" / "rows.json").read_text())
+    assert code == 0 and out == "" and [r["size"] for r in doc["rows"]] == [1 << 20, 2 << 20]
+    assert "note: a sweep writes no outputs.trace" in err and not (tmp_path / "o" / "trace.json").exists()

@@ -46,7 +46,8 @@ def test_table_footer_and_busbw_factor():
         assert r.algbw == pytest.approx(r.size / r.time)
     text = nccl_table(rows, c, "float")
     lines = text.splitlines()
-    assert lines[2].startswith("# nThread 1 nGpus 8 minBytes 1048576 maxBytes 67108864 step: 2(factor)")
+    # the step the rows show (1 MiB to 64 MiB in one step: factor 64), not a default factor 2
+    assert lines[2].startswith("# nThread 1 nGpus 8 minBytes 1048576 maxBytes 67108864 step: 64(factor)")
     data = [line for line in lines if not line.startswith("#")]
     assert len(data) == 2 and all(len(line.split()) == 13 for line in data)
     fields = data[1].split()
@@ -90,3 +91,16 @@ def test_json_mirrors_the_table():
         assert r["type"] == "float" and r["redop"] == "sum" and r["root"] == -1 and r["out_of_place"]["wrong"] == "N/A"
         assert r["simcomm"]["algorithm"] == "ring"
     assert doc["avg_bus_bandwidth"] == pytest.approx(np.mean([r.busbw for r in rows]) / 1e9)
+
+
+def test_the_parameter_line_states_the_step_the_rows_took():
+    """Issue 11: headers said factor 2 whatever the sizes (an -i series too)."""
+    from simcomm.report.nccl_tests import size_step
+    assert size_step([1 << 20, 2 << 20, 3 << 20, 4 << 20]) == (None, 1 << 20)  # -i 1M
+    assert size_step([8, 32, 128]) == (4.0, 0) and size_step([1 << 20]) == (1.0, 0)
+    assert size_step([8, 16, 48]) == (1.0, 0)  # neither: an explicit list
+    c = build_cluster("hgx-h100")
+    rows = run_perf(Session(c, detail="steps"), ["all_reduce"], [1 << 20, 2 << 20, 3 << 20], algorithms=["ring"])
+    assert "step: 1048576(bytes)" in nccl_table(rows, c).splitlines()[2]
+    assert "step: 2(factor)" in nccl_table(rows[:2], c).splitlines()[2]
+    assert "step: 8(factor)" in nccl_table(rows, c, factor=8.0).splitlines()[2]

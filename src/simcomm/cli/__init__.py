@@ -159,6 +159,8 @@ def _sweep_cell(key, v):
 
 
 def cmd_sweep(args) -> int:
+    from pathlib import Path
+
     from ..report.table import render
     from ..scenario import load_scenario
     from ..scenario.sweep import run_sweep
@@ -175,18 +177,27 @@ def cmd_sweep(args) -> int:
             rows = run_sweep(loaded, params, jobs, args.ray is not None, args.ray or None, progress)
     else:
         rows = run_sweep(loaded, params, jobs, args.ray is not None, args.ray or None)
-    if args.out:
-        from ..report.json_out import dumps
-        with open(args.out, "w") as f:
-            f.write(dumps({"scenario": loaded.name, "parameters": params, "rows": rows}))
+    from ..report.json_out import dumps
+    doc = {"scenario": loaded.name, "parameters": params, "rows": rows}
+    o = loaded.scenario.outputs
+    # --out FILE, else the scenario's outputs.json (in outputs.dir, else simcomm-out/<name>), as `run` writes it
+    target = args.out or (str(Path(o.dir or f"simcomm-out/{loaded.name}") / o.json) if o.json else None)
+    if target:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_text(dumps(doc))
+    skipped = [k for k in ("trace", "plots", "rank_traces") if getattr(o, k)]
+    if skipped:  # a sweep runs each point with steps detail and keeps only its summary rows
+        sys.stderr.write(f"note: a sweep writes no {', '.join('outputs.' + k for k in skipped)}; "
+                         f"simcomm run {args.scenario} does\n")
     if args.json:
-        from ..report.json_out import dumps
-        _print(dumps({"scenario": loaded.name, "parameters": params, "rows": rows}))
-    else:
+        _print(dumps(doc))
+    elif o.report:
         keys = list(dict.fromkeys(k for r in rows for k in r))
         heads = [k + (" (us)" if k in _US_KEYS else " (GB/s)" if k in _GB_KEYS else "") for k in keys]
         table = [[_sweep_cell(k, r.get(k)) for k in keys] for r in rows]
         _print(render([(f"sweep of {loaded.name}: {len(rows)} rows", heads, table)], rich=_tty(sys.stdout)))
+    if target and not args.json and o.report:
+        _print(f"wrote json: {target}")
     return EXIT_SIM if any("error" in r for r in rows) else EXIT_OK
 
 
@@ -292,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, help="local worker processes (default: every core)")
     s.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run on a Ray cluster (needs simcomm[ray]); ADDRESS defaults to a local one")
-    s.add_argument("--out", help="also write the rows as JSON to this file")
+    s.add_argument("--out", help="also write the rows as JSON to this file (default: the scenario's outputs.json, "
+                                 "if it names one)")
     s.add_argument("--json", action="store_true", help="print rows as JSON")
     s.set_defaults(func=cmd_sweep)
 

@@ -110,13 +110,32 @@ def nccl_output(tables, cluster, ranks: int, h: Header) -> str:
     return "\n".join(lines) + "\n"
 
 
-def nccl_table(rows, cluster, type_label: str = "", *, minbytes=None, maxbytes=None, factor: float = 2.0,
-               preamble: bool = True, comments=()) -> str:
-    """One collective's rows as nccl-tests prints them, with a preamble for one process of every rank."""
+def size_step(sizes) -> tuple[float | None, int]:
+    """(factor, step bytes) of a size series as nccl-tests' parameter line states it: a constant factor (-f), else
+    a constant increment (-i, factor None); a single size or an irregular list reads as factor 1."""
+    sizes = list(dict.fromkeys(int(x) for x in sizes))
+    if len(sizes) < 2:
+        return 1.0, 0
+    steps = {b - a for a, b in zip(sizes, sizes[1:])}
+    if len(steps) == 1 and steps.pop() > 0 and len(sizes) > 2:
+        return None, sizes[1] - sizes[0]
+    ratios = {b / a for a, b in zip(sizes, sizes[1:]) if a > 0}
+    if len(ratios) == 1 and min(sizes) > 0:
+        return float(ratios.pop()), 0
+    return 1.0, 0
+
+
+def nccl_table(rows, cluster, type_label: str = "", *, minbytes=None, maxbytes=None, factor: float | None = None,
+               stepbytes: int | None = None, preamble: bool = True, comments=()) -> str:
+    """One collective's rows as nccl-tests prints them, with a preamble for one process of every rank. The
+    parameter line's step is `factor` or `stepbytes` when given, else what the rows' sizes show (size_step)."""
     ranks = rows[0].ranks if rows else cluster.num_ranks
+    if factor is None and stepbytes is None:
+        factor, stepbytes = size_step(r.size for r in rows)
     h = Header(f"{rows[0].collective if rows else 'all_reduce'}_perf", gpus=ranks,
                minbytes=minbytes if minbytes is not None else (rows[0].size if rows else 0),
-               maxbytes=maxbytes if maxbytes is not None else (rows[-1].size if rows else 0), factor=factor)
+               maxbytes=maxbytes if maxbytes is not None else (rows[-1].size if rows else 0), factor=factor,
+               stepbytes=stepbytes or 0)
     if not preamble:
         return "\n".join(nccl_block(rows, comments)) + "\n"
     return nccl_output([(comments, rows)], cluster, ranks, h)
