@@ -15,7 +15,7 @@ from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
 from ..units import format_size
 from ..vocab import DTYPE_ALIASES, DTYPES, busbw_factor
-from .nccl_log import Table
+from .nccl_log import LogError, Table
 from .placement import torchrun_cluster
 
 MIB = 1 << 20
@@ -65,7 +65,8 @@ class Comparison:
         return size / seconds * busbw_factor(self.collective, self.ranks) / 1e9 if seconds > 0 else 0.0
 
 
-def _dtype(name: str | None) -> str:
+def log_dtype(name: str | None) -> str:
+    """simcomm's dtype for the log's type column (float32 when the log has none)."""
     if not name:
         return "float32"
     key = DTYPE_ALIASES.get(name, name)
@@ -77,6 +78,8 @@ def _dtype(name: str | None) -> str:
 def cluster_for(cluster, ranks: int, nodes: int | None) -> tuple[Cluster, int]:
     """The cluster a measured sweep ran on: `nodes` nodes (default: as few as hold the ranks) with ranks / nodes
     ranks each (a node's first GPUs when it has more)."""
+    if ranks is None:
+        raise SimcommError("the rank count of the measured run is unknown (the log does not say it); pass --ranks")
     if isinstance(cluster, Cluster):
         return cluster, cluster.num_nodes
     probe = build_cluster(cluster)
@@ -91,20 +94,26 @@ def cluster_for(cluster, ranks: int, nodes: int | None) -> tuple[Cluster, int]:
     return torchrun_cluster(cluster, per_node, nodes), nodes
 
 
+def sweep_identity(table: Table, collective: str | None = None, ranks: int | None = None) -> tuple[str, int]:
+    """(collective, ranks) of a measured sweep: as given, else as the log says (its test name, device lines, or
+    busbw / algbw); a LogError naming the log and the option to pass when it cannot be told."""
+    source = table.meta.get("source", "the log")
+    kind = collective or table.collective
+    if kind is None:
+        raise LogError(f"{source}: the log does not say which collective it measured; pass --collective")
+    n = ranks or table.ranks or table.inferred_ranks(kind)
+    if not n:
+        raise LogError(f"{source}: the log does not say how many ranks ran; pass --ranks")
+    return kind, n
+
+
 def compare_table(table: Table, cluster="hgx-h100", *, nodes: int | None = None, collective: str | None = None,
                   ranks: int | None = None, algorithm: str | None = None, protocol: str | None = None,
                   in_place: bool = False) -> Comparison:
     """Simulate every size of `table` on `cluster` and pair it with the measurement."""
-    kind = collective or table.collective
-    if kind is None:
-        raise SimcommError(f"{table.meta.get('source', 'the log')}: the log does not say which collective it "
-                           f"measured; pass --collective")
-    n = ranks or table.ranks or table.inferred_ranks(kind)
-    if not n:
-        raise SimcommError(f"{table.meta.get('source', 'the log')}: the log does not say how many ranks ran; "
-                           f"pass --ranks")
+    kind, n = sweep_identity(table, collective, ranks)
     c, nodes = cluster_for(cluster, n, nodes)
-    dtype = _dtype(table.dtype)
+    dtype = log_dtype(table.dtype)
     cmp = Comparison(kind, n, nodes, c.name, table.title, str(table.meta.get("source", "")))
     for row in table.rows:
         measured = row.figures(in_place).time_us * 1e-6

@@ -28,7 +28,7 @@ def _measure(args) -> list[list]:
             raise SimcommError(f"cannot read measurements {args.measurements}: {exc}") from None
         return [[Measurement(**m) for m in p["points"]] for p in doc["passes"]]
     require_torch()
-    ranks = [int(r) for r in args.ranks.split(",")]
+    ranks = [int(r) for r in (args.ranks or "2,3,4").split(",")]
     passes, record = [], []
     for i in range(args.repeat):
         load = os.getloadavg()[0]
@@ -90,14 +90,25 @@ def cmd_calibrate(args) -> int:
 def _from_logs(args) -> int:
     from ..backends.calibrate.logs import calibrate_logs, table_observations
     from ..backends.nccl_log import read_log
+    from ..vocab import canonical_kind
     if not args.cluster:
         raise SimcommError("--from-log needs --cluster PRESET (the machine the logs were measured on)")
+    ranks = None
+    if args.ranks is not None:
+        if not args.ranks.isdigit() or int(args.ranks) < 2:
+            raise SimcommError(f"--ranks {args.ranks}: with --from-log, the measured run's rank count (one whole "
+                               f"number >= 2)")
+        ranks = int(args.ranks)
+    collective = canonical_kind(args.collective) if args.collective else None
     obs = []
     for log in args.from_log:
         for i, t in enumerate(read_log(log)):
-            obs += table_observations(t, args.cluster, args.nodes, algorithm=args.algo, label=f"{log}#{i}")
+            obs += table_observations(t, args.cluster, args.nodes, collective=collective, ranks=ranks,
+                                      algorithm=args.algo, label=f"{log}#{i}")
     cal = calibrate_logs(obs, args.cluster, args.out, meta={"logs": list(args.from_log)})
+    sweeps = sorted({(o.label, o.collective, o.ranks, o.nodes) for o in obs})
     text = [f"calibrate: {len(obs)} measured sizes from {len(args.from_log)} log(s) on {args.cluster}",
+            *(f"  {label}: {kind}, {n} ranks on {nodes} node(s)" for label, kind, n, nodes in sweeps),
             "fitted: " + ", ".join(f"{k.split('.', 1)[-1]}={v:.4g}" for k, v in cal.values.items()),
             f"median |error| held back (every other size): before {cal.median_abs(False) * 100:.1f}%  after "
             f"{cal.median_abs(True) * 100:.1f}%"]
@@ -118,7 +129,8 @@ def add_parser(sub) -> None:
                                    "efficiencies to nccl-tests logs instead.")
     c.add_argument("--out", help="write the fitted profile here (YAML or .json); use it as --cluster FILE")
     c.add_argument("--sizes", help="comma-separated sizes (default 4K,16K,...,64M)")
-    c.add_argument("--ranks", default="2,3,4", help="world sizes to measure (default 2,3,4)")
+    c.add_argument("--ranks", help="world sizes to measure (default 2,3,4); with --from-log, the measured run's "
+                                   "ranks when the log does not say")
     c.add_argument("--rounds", type=int, default=7, help="rounds per point and pass (default 7)")
     c.add_argument("--repeat", type=int, default=2, help="measurement passes, to report the noise (default 2)")
     c.add_argument("--save-measurements", help="also write the raw measurements (JSON)")
@@ -127,5 +139,6 @@ def add_parser(sub) -> None:
     c.add_argument("--cluster", help="with --from-log: the preset the logs were measured on")
     c.add_argument("--nodes", type=int, help="with --from-log: nodes of the measured run")
     c.add_argument("--algo", help="with --from-log: the algorithm the logs forced (NCCL_ALGO)")
+    c.add_argument("--collective", help="with --from-log: the collective, when the log does not say")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.set_defaults(func=cmd_calibrate)

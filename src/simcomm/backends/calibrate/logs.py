@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ...hardware import Tuning, write_profile
-from ..compare_log import cluster_for
+from ..compare_log import cluster_for, log_dtype, sweep_identity
 from ..nccl_log import Table
 from .fit import Free, Observation, Space, fit, predict
 
@@ -27,10 +27,11 @@ class LogCalibration:
 
 def table_observations(table: Table, preset: str, nodes: int | None = None, collective: str | None = None,
                        ranks: int | None = None, algorithm: str | None = None, label: str = "") -> list[Observation]:
-    kind = collective or table.collective
-    n = ranks or table.ranks or table.inferred_ranks(kind)
+    """One Observation per measured size (out-of-place times) of a sweep on `preset`; the collective and ranks as
+    given, else as the log says (a LogError asking for --collective / --ranks when it does not)."""
+    kind, n = sweep_identity(table, collective, ranks)
     _, nodes = cluster_for(preset, n, nodes)
-    dtype = {"float": "float32", "double": "float64", "half": "float16"}.get(table.dtype or "float", "float32")
+    dtype = log_dtype(table.dtype)
     return [Observation(kind, n, r.size, r.out_of_place.time_us * 1e-6, nodes, algorithm, dtype, label)
             for r in table.rows if r.out_of_place.time_us > 0]
 
