@@ -43,7 +43,7 @@ def _launch(kind: str, group, count: int, dtype, rows, finish, op=ReduceOp.SUM, 
     rt, _ = current()
     session = rt.services["session"]
     tags = {**rt.services.get("launch_tags", {}), "group": group.name}
-    busy = [op for r in group.ranks for op in rt.device_busy(r)]  # members' queued compute runs first
+    busy = rt.services["launch_after"]  # the compute each member had queued when it issued the call runs first
 
     def start(done):
         ran = session.collective(kind, group.ranks, count=count, data=rows, dtype=np.dtype(dtype), op=op, root=root,

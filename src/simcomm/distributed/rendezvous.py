@@ -20,6 +20,7 @@ class _Call:
     done: object
     arrivals: dict = field(default_factory=dict)  # global rank -> (name, signature, payload)
     tags: dict = field(default_factory=dict)  # global rank -> its tags (clock.tagged) when it arrived
+    busy: dict = field(default_factory=dict)  # global rank -> the compute it had queued when it arrived
 
 
 def _common(tag_sets: list) -> dict:
@@ -55,7 +56,10 @@ class CollectiveRendezvous:
 
     def arrive(self, rank: int, group, name: str, signature: dict, payload, run, tags=None):
         """Register rank's call; when the last member arrives, `run(call_payloads_in_group_order, done)` starts,
-        with `launch_tags` (the tags every member arrived with, see clock.tagged) in the runtime's services.
+        with `launch_tags` (the tags every member arrived with, see clock.tagged) and `launch_after` (the compute
+        each member had queued when it arrived: the collective waits for that, not for compute a member queued
+        after it issued the call, as an NCCL kernel waits only on the stream work enqueued before it) in the
+        runtime's services.
 
         Returns (event that fires when the collective completes, or fails with the call's error; a callable
         describing what rank waits for).
@@ -68,6 +72,7 @@ class CollectiveRendezvous:
             call = self._open[(gid, index)] = _Call(group, index, self.rt.env.event())
         call.arrivals[rank] = (name, signature, payload)
         call.tags[rank] = tags or {}
+        call.busy[rank] = self.rt.device_busy(rank)
         if len(call.arrivals) == group.size():
             del self._open[(gid, index)]
             self._complete(call, run)
@@ -92,12 +97,14 @@ class CollectiveRendezvous:
             return
         payloads = [call.arrivals[r][2] for r in call.group.ranks]
         self.rt.services["launch_tags"] = _common([call.tags[r] for r in call.group.ranks])
+        self.rt.services["launch_after"] = [op for r in call.group.ranks for op in call.busy[r]]
         try:
             run(payloads, call.done)
         except DistError as exc:  # found only now that every argument is known: every rank of the call raises it
             self._fail(call, exc)
         finally:
             self.rt.services.pop("launch_tags", None)
+            self.rt.services.pop("launch_after", None)
 
     @staticmethod
     def _fail(call: _Call, error: BaseException) -> None:

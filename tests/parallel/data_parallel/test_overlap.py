@@ -1,0 +1,47 @@
+"""overlap_grad_reduce overlaps in simulated time: a bucket's reduction starts once the backward compute that made
+its gradients has run, while later backward compute is still running (as a DDP bucket's NCCL kernel waits only
+on the stream work enqueued before it), not when the whole backward has ended."""
+import pytest
+
+import simcomm
+from simcomm.parallel.model.config import TransformerConfig
+from simcomm.parallel.parallelize import train
+from simcomm.parallel.train_config import TrainConfig
+
+# wide enough that each layer is a bucket of its own and its backward takes visible time
+WIDE = TransformerConfig(num_layers=4, hidden_size=512, num_attention_heads=8, seq_length=256, padded_vocab_size=512)
+
+
+def spans(mode: str, overlap: bool):
+    cfg = TrainConfig(WIDE, data_parallel_size=2, data_parallel=mode, global_batch_size=2, train_iters=1,
+                      overlap_grad_reduce=overlap, bucket_size=500_000, size_only=True)
+    res = simcomm.spawn(train, args=(cfg,), nprocs=cfg.world_size)
+    out = []
+    for rank in range(cfg.world_size):
+        mine = [a for a in res.timeline if a.rank == rank]
+        backward = [a for a in mine if a.kind == "compute" and a.tags.get("phase") == "backward"]
+        first = next(a for a in mine if a.kind == "collective" and a.tags.get("bucket") == 0)
+        out.append((backward, first))
+    return out
+
+
+@pytest.mark.parametrize("mode,collective", [("ddp", "all_reduce"), ("zero2", "reduce_scatter")])
+def test_the_first_bucket_is_reduced_during_backward(mode, collective):
+    for backward, first in spans(mode, overlap=True):
+        assert first.tags["collective"] == collective and first.tags["phase"] == "backward"
+        assert len(backward) > 2
+        # after the compute that produced bucket 0's gradients, before the rest of backward has run
+        assert backward[0].end <= first.start < backward[-1].end
+        assert sum(a.start >= first.start for a in backward) >= 2  # backward compute still to run meanwhile
+
+
+def test_without_overlap_ddp_reduces_after_the_whole_backward():
+    for backward, first in spans("ddp", overlap=False):
+        assert first.start >= backward[-1].end
+
+
+def test_without_overlap_zero2_blocks_backward_while_it_reduces():
+    """ZeRO-2 reduce-scatters each bucket as soon as it is final, but waits for it before going on."""
+    for backward, first in spans("zero2", overlap=False):
+        assert backward[0].end <= first.start < backward[-1].end
+        assert all(a.end <= first.start or a.start >= first.end for a in backward)
