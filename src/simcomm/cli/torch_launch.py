@@ -42,13 +42,15 @@ def cmd_launch(args) -> int:
 
 def add_parser(sub) -> None:
     la = sub.add_parser("launch", help="run an unmodified torch.distributed script on a simulated cluster",
-                        description="Like torchrun: runs SCRIPT as nnodes x nproc-per-node ranks (threads) whose "
+                        description="Like torchrun (or like python, without --nproc-per-node and --nnodes): "
+                                    "runs SCRIPT as nnodes x nproc-per-node ranks (threads) whose "
                                     "torch.distributed calls, CUDA devices, time.sleep and os.environ are served by "
                                     "the simulator. Scripts that call torch.multiprocessing.spawn / Process run "
                                     "those ranks the same way. Prints the simulated time of each world to stderr.")
-    la.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", type=int, default=1,
-                    help="ranks per node (default 1, as torchrun)")
-    la.add_argument("--nnodes", type=int, default=1, help="nodes (default 1)")
+    la.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", type=int, default=None,
+                    help="ranks per node, as torchrun (with neither this nor --nnodes the script runs as "
+                         "`python SCRIPT`: one process, no torchrun variables in its environment)")
+    la.add_argument("--nnodes", type=int, default=None, help="nodes, as torchrun (default 1 with --nproc-per-node)")
     la.add_argument("--cluster", required=True, help="preset (see simcomm presets) or a calibrated profile file")
     la.add_argument("--cuda-as", choices=["cpu", "meta"], default="cpu",
                     help="CUDA tensors become CPU tensors with real data (default) or size-only meta tensors")

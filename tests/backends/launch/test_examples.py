@@ -38,7 +38,8 @@ def real_lines(script, args=(), nproc=None) -> list[str]:
     return _lines(out.stdout)
 
 
-def simulated_lines(capsys, script, args=(), nproc=1, cluster="cpu-host", **kw) -> list[str]:
+def simulated_lines(capsys, script, args=(), nproc=None, cluster="cpu-host", **kw) -> list[str]:
+    """`simcomm launch` of the script: torchrun-style with nproc, else as `python script` (no torchrun variables)."""
     capsys.readouterr()
     result = launch(EXAMPLES / script, list(args), nproc_per_node=nproc, cluster=cluster, **kw)
     assert result.ok
@@ -52,7 +53,7 @@ def simulated_lines(capsys, script, args=(), nproc=1, cluster="cpu-host", **kw) 
     ("barrier_processes.py", (), None, "cpu-host"),  # mp.Process, set_start_method, time.sleep
 ])
 def test_same_output_as_real(capsys, script, args, nproc, cluster):
-    sim = simulated_lines(capsys, script, args, nproc or 1, cluster)
+    sim = simulated_lines(capsys, script, args, nproc, cluster)
     real = real_lines(script, args, nproc)
     assert sim == real, f"simulated:\n{chr(10).join(sim)}\nreal:\n{chr(10).join(real)}"
     assert len(sim) >= 3

@@ -27,7 +27,7 @@ from .world import Options, World
 class WorldRecord:
     """What one world of the launch did, in simulated time."""
 
-    kind: str  # "torchrun", "spawn" or "process"
+    kind: str  # "torchrun", "python" (the script as one process), "spawn" or "process"
     nprocs: int
     cluster: str
     elapsed: float | None  # simulated seconds; None if it failed
@@ -108,14 +108,20 @@ def _torchrun_environ(base: dict, rank: int, nproc_per_node: int, nnodes: int, p
     return env
 
 
-def launch(script, script_args=(), nproc_per_node: int = 1, nnodes: int = 1, cluster="hgx-h100", *,
-           cuda_as: str = "cpu", count_flops: bool = False, flop_rate: float | None = None,
+def launch(script, script_args=(), nproc_per_node: int | None = None, nnodes: int | None = None,
+           cluster="hgx-h100", *, cuda_as: str = "cpu", count_flops: bool = False, flop_rate: float | None = None,
            numerics: str | None = None) -> LaunchResult:
-    """Run `script` as torchrun would (nnodes x nproc_per_node ranks, each running the file as __main__), on the
-    simulated `cluster`. Scripts that start their own ranks with torch.multiprocessing run those as worlds too.
+    """Run `script` as torchrun would (nnodes x nproc_per_node ranks, each running the file as __main__, with
+    torchrun's RANK, WORLD_SIZE, LOCAL_RANK, ... in its environment), on the simulated `cluster`; with neither
+    nproc_per_node nor nnodes given, as `python script` would: one process whose environment is the launching
+    one's, with no torchrun variables. Scripts that start their own ranks with torch.multiprocessing run those as
+    worlds too; each such rank's environment is a copy of its parent's, as torch.multiprocessing gives a child
+    process (torch sets no RANK there either).
 
     Raises what a rank raised (SimcommError subclasses: RankFailed, DeadlockError, MismatchError, ...).
     """
+    python_mode = nproc_per_node is None and nnodes is None
+    nproc_per_node, nnodes = nproc_per_node or 1, nnodes or 1
     if nproc_per_node < 1 or nnodes < 1:
         raise SimcommError(f"--nproc-per-node and --nnodes must be >= 1, got {nproc_per_node} and {nnodes}")
     if cuda_as not in ("cpu", "meta"):
@@ -126,9 +132,10 @@ def launch(script, script_args=(), nproc_per_node: int = 1, nnodes: int = 1, clu
     c = torchrun_cluster(cluster, nproc_per_node, nnodes)
     with _Launch(options, s, list(script_args)) as active:
         base = active.environ.snapshot()
-        envs = [_torchrun_environ(base, r, nproc_per_node, nnodes, 29500) for r in range(n)]
+        envs = [base] if python_mode else [_torchrun_environ(base, r, nproc_per_node, nnodes, 29500)
+                                           for r in range(n)]
         modules = [s.new_module() for _ in range(n)]
-        world = active.new_world("torchrun", n, envs, None, cluster=c,
+        world = active.new_world("python" if python_mode else "torchrun", n, envs, None, cluster=c,
                                  local_ranks=[r % nproc_per_node for r in range(n)])
 
         def rank_main(rank):

@@ -28,7 +28,7 @@ class Options:
 class World:
     """One started group of ranks and, once run, what happened."""
 
-    kind: str  # "torchrun", "spawn" or "process"
+    kind: str  # "torchrun", "python" (the script run as one process), "spawn" or "process"
     nprocs: int
     cluster: object  # a Cluster
     options: Options
