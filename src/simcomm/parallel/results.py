@@ -53,6 +53,21 @@ def full_params(results: list[dict], cfg: TrainConfig) -> dict:
     return out
 
 
+def held_params(results: list[dict]) -> dict[int, dict]:
+    """rank -> the TP-local parameters of the model chunks it holds, whole: its own copy, or under ZeRO-3 the copy
+    its data-parallel group holds between them (rebuilt from the shards of the ranks with its pp and tp
+    coordinates). For checking that every copy of a parameter is the same."""
+    out = {}
+    for r in results:
+        if r["params"]:
+            out[r["rank"]] = r["params"]
+            continue
+        c = r["coords"]
+        group = [x for x in results if x["coords"]["pp"] == c["pp"] and x["coords"]["tp"] == c["tp"]]
+        out[r["rank"]] = {n: _from_shards(group, n) for b in r["shards"] or () for n in b["names"]}
+    return out
+
+
 def _holds(result: dict, name: str) -> bool:
     if result["params"] and name in result["params"]:
         return True
