@@ -25,6 +25,25 @@ def test_examples_run_as_scenarios_and_report_loss_and_traffic():
     assert all(r["collective"] > 0 and r["p2p"] == 0 for r in dp.details["ranks"])
 
 
+def test_the_gpt_scenario_splits_what_each_rank_sent_by_axis():
+    res = run_scenario(load_scenario(ROOT / "train-gpt-3d.yaml"))
+    steps, dp = 3, 4
+    for r, row in zip(res.details["ranks"], res.rows):
+        split = r["by_axis"]
+        assert list(split) == ["tp", "dp", "pp", "embedding"]  # tp 2 with SP, ZeRO-1 over dp 4, 2 stages, tied
+        assert sum(split.values()) == r["collective"] + r["p2p"] and split["pp"] == r["p2p"] > 0
+        # stage 0 sends each microbatch's activations (8 positions of 16 under SP x 1 sequence x 32 float64);
+        # the last stage sends their gradients back: 2 microbatches per dp rank, 3 steps
+        assert split["pp"] == steps * 2 * 8 * 32 * 8
+        # ZeRO-1: a reduce-scatter and an all-gather of the whole flat buffer per step, (dp - 1) / dp of it each
+        assert split["dp"] == steps * 2 * (dp - 1) / dp * row["result"]["state_bytes"]["params"]
+        assert split["tp"] > split["embedding"] > 0
+    text = render(registry.workload("program").report(res), rich=False)
+    assert "sent by axis" in text and "tp 276.75 KiB, dp 507.375 KiB, pp 12 KiB, embedding 6 KiB" in text
+    dp_only = run_scenario(load_scenario(ROOT / "train-dp.yaml"))  # the lecture's program tags no axis
+    assert all("by_axis" not in r for r in dp_only.details["ranks"])
+
+
 def test_without_flows_the_report_says_why_bytes_are_missing():
     text = ("cluster: {preset: cpu-host}\nworkload: {kind: program, program: "
             "'simcomm.workloads.programs:allreduce_check', args: [1024, 2]}\n")

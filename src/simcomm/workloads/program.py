@@ -233,9 +233,11 @@ class ProgramWorkload(Workload):
     def report(self, result: RunResult) -> list:
         extra = result.details.get("ranks") or [{} for _ in result.rows]
         has_sent = any("collective" in e for e in extra)
+        has_axes = any("by_axis" in e for e in extra)
         has_loss = any(e.get("steps") for e in extra)
         headers = ["rank", "device", "finish (us)", "in collectives (us)"]
         headers += ["sent by collectives", "sent point-to-point"] if has_sent else []
+        headers += ["sent by axis"] if has_axes else []
         headers += ["loss (first -> last)"] if has_loss else []
         table = []
         for r, e in zip(result.rows, extra):
@@ -243,6 +245,8 @@ class ProgramWorkload(Workload):
             if has_sent:
                 row += [format_size(e["collective"]),
                         f"{format_size(e['p2p'])} in {e['p2p_messages']} message{'s' * (e['p2p_messages'] != 1)}"]
+            if has_axes:
+                row.append(", ".join(f"{axis} {format_size(n)}" for axis, n in e.get("by_axis", {}).items()) or "-")
             if has_loss:
                 row.append("-" if e.get("loss_last") is None else
                            f"{e['loss_first']:.6g} -> {e['loss_last']:.6g} ({e['steps']} steps)")
