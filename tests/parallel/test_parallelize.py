@@ -217,5 +217,11 @@ def test_layout_errors_are_named():
         BASE.replace(virtual_pipeline_model_parallel_size=2)
     with pytest.raises(simcomm.SimcommError, match="data_parallel must be one of"):
         BASE.replace(data_parallel="zero4")
+    with pytest.raises(simcomm.SimcommError, match="params_dtype must be one of float16, float32, float64, "
+                                                   "bfloat16, bf16, got 'int8'"):
+        BASE.replace(params_dtype="int8")
+    with pytest.raises(simcomm.SimcommError, match="'bfloat16' needs size_only=True: numpy has no bfloat16"):
+        BASE.replace(params_dtype="bfloat16")
+    assert BASE.replace(params_dtype="bf16", size_only=True).numpy_dtype == np.float16  # the same 2 bytes
     with pytest.raises(LayoutError, match="needs 2 ranks; the job has 4"):
         simcomm.spawn(train, args=(BASE.replace(data_parallel_size=2),), nprocs=4)

@@ -74,8 +74,7 @@ class RankTrainer:
         self.positions = load_balanced_positions(m.seq_length, c, self.coords["cp"])
         attention = RingAttention(comm, g.ranks["cp"], self.coords["cp"], m.seq_length, comm.fl) if c > 1 else None
         self.specs = param_specs(m)
-        dtype = np.dtype("float16" if cfg.params_dtype in ("bfloat16", "bf16") else cfg.params_dtype)
-        self.dtype = dtype
+        self.dtype = dtype = cfg.numpy_dtype  # bfloat16 (size-only runs only) is held as float16: same bytes
         full = None if cfg.size_only else init_params(m, cfg.seed, dtype)
         optimizer = cfg.make_optimizer()
         tied_across_stages = "embedding" in g.ranks

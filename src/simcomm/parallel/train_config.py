@@ -6,19 +6,26 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import SimcommError
 from .dims import LayoutError, ParallelDims
 from .model.config import TransformerConfig
 from .optim import make_optimizer
 
 DATA_PARALLEL = ("ddp", "zero1", "zero2", "zero3")
+BF16 = ("bfloat16", "bf16")
+PARAMS_DTYPES = ("float16", "float32", "float64") + BF16
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """A numeric training run. data_parallel: 'ddp' (all-reduce), 'zero1' (Megatron's distributed optimizer),
     'zero2' or 'zero3' (FSDP). micro_batch_size 0 means one microbatch per data-parallel rank. bucket_size is in
-    elements (Megatron's default: max(40,000,000, 1,000,000 x dp)); optimizer_args are torch's keywords."""
+    elements (Megatron's default: max(40,000,000, 1,000,000 x dp)); optimizer_args are torch's keywords.
+
+    params_dtype: float16, float32 or float64; bfloat16 (bf16) only with size_only, where it runs as float16 (numpy
+    has no bfloat16: the same 2 bytes per element cost the same time, and traces name its tensors float16)."""
 
     model: TransformerConfig
     tensor_model_parallel_size: int = 1
@@ -44,6 +51,11 @@ class TrainConfig:
     def __post_init__(self):
         if self.data_parallel not in DATA_PARALLEL:
             raise SimcommError(f"data_parallel must be one of {', '.join(DATA_PARALLEL)}, got {self.data_parallel!r}")
+        if self.params_dtype not in PARAMS_DTYPES:
+            raise SimcommError(f"params_dtype must be one of {', '.join(PARAMS_DTYPES)}, got {self.params_dtype!r}")
+        if self.params_dtype in BF16 and not self.size_only:
+            raise SimcommError(f"params_dtype {self.params_dtype!r} needs size_only=True: numpy has no bfloat16, so "
+                               "a run with data cannot compute in it (use float32 or float64)")
         dims = self.dims
         m = self.model
         t, p, c, v = dims.tp, dims.pp, dims.cp, self.virtual_pipeline_model_parallel_size
@@ -78,6 +90,11 @@ class TrainConfig:
     def dims(self) -> ParallelDims:
         return ParallelDims(tp=self.tensor_model_parallel_size, pp=self.pipeline_model_parallel_size,
                             cp=self.context_parallel_size, dp=self.data_parallel_size)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The dtype the parameters and activations are held in: params_dtype, bfloat16 as float16 (size-only)."""
+        return np.dtype("float16" if self.params_dtype in BF16 else self.params_dtype)
 
     @property
     def world_size(self) -> int:
