@@ -21,7 +21,11 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 # nccl-tests' S is the whole buffer for these (count per rank = S / (n * typesize)); one rank's buffer otherwise.
 PER_RANK_SHARD = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
-
+# nccl-tests names its binaries <name>_perf, with all_to_all's name written without the underscore.
+NCCL_TESTS_NAMES = {k: {"all_to_all": "alltoall"}.get(k, k) for k in COLLECTIVES}
+# PyTorch profiler's "Collective name" for each kind.
+TORCH_NAMES = {k: {"all_reduce": "allreduce", "all_gather": "allgather"}.get(k, k) for k in KINDS}
+MAX_NODES, MAX_RANKS = 8192, 65536  # the largest cluster scenario files and `simcomm perf` accept
 
 
 class DType(NamedTuple):
@@ -41,10 +45,16 @@ DTYPES = {"float32": DType("float32", "float", "f32", "Float", 4),
           "int64": DType("int64", "int64", "i64", "Long", 8), "uint64": DType("uint64", "uint64", "u64", "UInt64", 8),
           "fp8_e4m3": DType("uint8", "f8e4m3", "f8e4m3", "Float8_e4m3fn", 1),
           "fp8_e5m2": DType("uint8", "f8e5m2", "f8e5m2", "Float8_e5m2", 1)}
-DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "bf16": "bfloat16", "fp32": "float32",
-                 "fp16": "float16", "fp64": "float64", "int": "int32", "f32": "float32", "f16": "float16"}
+# nccl-tests' type names (float, half, double, f8e4m3, ...) and the usual short names.
+DTYPE_ALIASES = {**{d.nccl_tests: k for k, d in DTYPES.items() if d.nccl_tests != k},
+                 "bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "fp64": "float64", "int": "int32",
+                 "f32": "float32", "f16": "float16"}
+# nccl-tests' `-d all` list, in its order (the fp8 types are left out, as nccl-tests does).
+NCCL_TESTS_ALL_DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
+                         "bfloat16")
 
 OPS = ("sum", "prod", "min", "max", "avg")
+NCCL_TESTS_ALL_OPS = ("sum", "prod", "max", "min", "avg")  # nccl-tests' `-o all` list, in its order
 OP_ALIASES = {"product": "prod"}
 OP_NAMES = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}  # -> ReduceOp names
 
@@ -112,6 +122,15 @@ def canonical_kind(kind: str) -> str:
 def per_rank_count(kind: str, size: int, itemsize: int, n: int) -> int:
     """Elements per rank for nccl-tests' size S (simcomm's Collective.count convention)."""
     return size // (itemsize * n) if kind in PER_RANK_SHARD else size // itemsize
+
+
+def canonical_dtype(dtype: str) -> str:
+    """'bf16', 'half', 'f8e4m3', 'Float32' -> the vocabulary's name (bfloat16, float16, ...); a SimcommError naming
+    the dtypes otherwise."""
+    try:
+        return choice(dtype, tuple(DTYPES), DTYPE_ALIASES, "a dtype")
+    except ValueError as exc:
+        raise SimcommError(f"unknown dtype {dtype!r}: {exc}") from None
 
 
 def numpy_dtype(name: str) -> str:

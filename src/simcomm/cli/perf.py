@@ -17,15 +17,9 @@ import time
 from dataclasses import dataclass
 
 from ..errors import SimcommError
+from ..vocab import (COLL_ALIASES, COLLECTIVES, DTYPE_ALIASES, DTYPES, MAX_NODES, MAX_RANKS, NCCL_TESTS_ALL_DTYPES,
+                     NCCL_TESTS_ALL_OPS, NCCL_TESTS_NAMES, OP_ALIASES, OPS, REDUCING, ROOTED, choice)
 from .launcher import LAUNCHERS, Launch, from_environment, split_launcher
-
-PERF_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv",
-                    "gather", "scatter")
-MAX_NODES, MAX_RANKS = 8192, 65536  # the bounds scenario files have
-REDUCING, ROOTED = ("all_reduce", "reduce_scatter", "reduce"), ("broadcast", "reduce", "gather", "scatter")
-# nccl-tests' `-d all` and `-o all` lists, in its order.
-ALL_TYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16")
-ALL_OPS = ("sum", "prod", "max", "min", "avg")
 
 
 @dataclass(frozen=True)
@@ -89,7 +83,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                    "Every nccl-tests flag is accepted; those marked 'no effect' say why in the "
                                    "output.", allow_abbrev=False)
     f.add_argument("collective", nargs="?", default="all_reduce",
-                   help=", ".join(PERF_COLLECTIVES) + " (an nccl-tests binary name such as all_reduce_perf works)")
+                   help=", ".join(NCCL_TESTS_NAMES.values()) + " (an nccl-tests binary name such as "
+                        "all_reduce_perf works)")
     for flag in NCCL_TESTS_FLAGS:
         names = [flag.short] + ([flag.long] if flag.long else [])
         text = flag.help + (f" [no effect: {flag.no_effect}]" if flag.no_effect else "")
@@ -129,7 +124,6 @@ def _int(value, flag: str, low: int = 1, high: int | None = None) -> int:
 
 
 def _pick(flag, value, choices, aliases, what) -> str:
-    from ..vocab import choice
     try:
         return choice(value, choices, aliases, what)
     except ValueError as exc:
@@ -137,23 +131,19 @@ def _pick(flag, value, choices, aliases, what) -> str:
 
 
 def _collective(name: str) -> str:
-    from ..vocab import COLL_ALIASES, COLLECTIVES
     return _pick("collective", os.path.basename(name).removesuffix("_perf"), COLLECTIVES, COLL_ALIASES,
                  "a collective")
 
 
 def _dtypes(value: str) -> list[str]:
-    from ..vocab import DTYPE_ALIASES, DTYPES
     if value.strip().lower() == "all":
-        return list(ALL_TYPES)
-    aliases = {**DTYPE_ALIASES, "f8e4m3": "fp8_e4m3", "f8e5m2": "fp8_e5m2", "bf16": "bfloat16"}
-    return [_pick("-d", value, tuple(DTYPES), aliases, "a dtype")]
+        return list(NCCL_TESTS_ALL_DTYPES)
+    return [_pick("-d", value, tuple(DTYPES), DTYPE_ALIASES, "a dtype")]
 
 
 def _ops(value: str, kind: str) -> list[str]:
-    from ..vocab import OP_ALIASES, OPS
     if value.strip().lower() == "all":
-        return list(ALL_OPS) if kind in REDUCING else ["sum"]
+        return list(NCCL_TESTS_ALL_OPS) if kind in REDUCING else ["sum"]
     return [_pick("-o", value, OPS, OP_ALIASES, "a reduce op")]
 
 
@@ -335,7 +325,7 @@ def cmd_perf(args) -> int:
             comments = [f"{kind} on {cluster.name}: algorithm {one or 'auto (the tuner)'}, protocol "
                         f"{proto or 'auto'}; chose {tuner_summary(rows)}"] + tuner_comments(rows[:len(sizes)])
             tables.append((comments, rows * cycles))
-    header = Header(f"{kind.replace('all_to_all', 'alltoall')}_perf", counts.threads, counts.gpus, begin, end,
+    header = Header(f"{NCCL_TESTS_NAMES[kind]}_perf", counts.threads, counts.gpus, begin, end,
                     factor, step)
     header.comments = [counts.note] + ([algo_note] if algo_note else []) + \
         [f"no effect in simulation: {x}" for x in ignored] + \

@@ -8,15 +8,12 @@ Times are whole nanoseconds (ts in us, as the format says).
 """
 from __future__ import annotations
 
-from ..vocab import DTYPES
+from ..vocab import DTYPES, TORCH_NAMES
 from .links import link_usage
 
 LINKS_PID = 1_000_000
 _KERNEL = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
            "broadcast": "Broadcast", "reduce": "Reduce", "barrier": "AllReduce"}
-_TORCH_NAME = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter",
-               "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "all_to_all", "sendrecv": "sendrecv",
-               "gather": "gather", "scatter": "scatter", "barrier": "barrier"}
 _OP = {"sum": "Sum", "prod": "Prod", "min": "Min", "max": "Max"}
 _TRACKS = {"collective": "NCCL kernels", "send": "sends", "recv": "recvs", "hbm": "HBM", "compute": "compute"}
 _CAT = {"collective": "kernel", "send": "transfer", "recv": "transfer", "hbm": "memory", "compute": "compute"}
@@ -25,7 +22,7 @@ _CAT = {"collective": "kernel", "send": "transfer", "recv": "transfer", "hbm": "
 def collective_info(tags) -> dict | None:
     """What a collective record's tags say about it (kind, algorithm, protocol, dtype, op, group); None for other
     records."""
-    if tags.get("collective") not in _TORCH_NAME or "algorithm" not in tags:
+    if tags.get("collective") not in TORCH_NAMES or "algorithm" not in tags:
         return None
     return {"group": tags.get("group", ""), "kind": tags["collective"], "algorithm": tags["algorithm"],
             "protocol": tags["protocol"], "dtype": tags.get("dtype"), "op": tags.get("op")}
@@ -87,7 +84,7 @@ def _collective_args(a, info: dict, groups: dict) -> dict:
         elems_in = shard
     elif kind == "reduce_scatter":
         elems_out = shard
-    args = {"Collective name": _TORCH_NAME[kind], "In msg nelems": elems_in, "Out msg nelems": elems_out,
+    args = {"Collective name": TORCH_NAMES[kind], "In msg nelems": elems_in, "Out msg nelems": elems_out,
             "Group size": n, "dtype": DTYPES[dt].torch if dt in DTYPES else "unknown",
             "Process Group Ranks": str(ranks), "algorithm": info["algorithm"], "protocol": info["protocol"],
             "bytes": int(a.nbytes)}
