@@ -110,4 +110,6 @@ def main(md: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/reference/measured-nccl-tests.md")
+    if len(sys.argv) != 2:
+        sys.exit("usage: python calibration/extract.py /path/to/measured-nccl-tests.md")
+    main(sys.argv[1])
