@@ -117,3 +117,58 @@ def test_docs_dp_pp_example_runs_as_documented():
     last_stage_1 = max(a.end for a in computes if a.tags["stage"] == 1)
     assert min(a.start for a in reduces if a.tags["stage"] == 1) == pytest.approx(last_stage_1)
     assert np.isclose(step, s.now)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s: s.send(0, 8, 100), "send dst: rank 8 is out of range; hgx-h100 has ranks 0..7"),
+    (lambda s: s.send(0, 20, 100), "send dst: rank 20 is out of range"),
+    (lambda s: s.send(0, 99, 100), "send dst: rank 99 is out of range"),  # not a rank the routing made up
+    (lambda s: s.send([0, -1], [1, 2], 100), "send src: rank -1 is out of range"),
+    (lambda s: s.compute([-1], seconds=1e-3), "compute ranks: rank -1 is out of range"),
+    (lambda s: s.memory_op([3, 8], 100), "memory_op ranks: rank 8 is out of range"),
+    (lambda s: s.compute([0.5], seconds=1e-3), r"compute ranks: expected global ranks \(whole numbers 0..7\)"),
+    (lambda s: s.collective("all_reduce", [0, 99], 1024), "all_reduce ranks: rank 99 is out of range"),
+    (lambda s: s.collective("all_reduce", [0, -1], 1024), "all_reduce ranks: rank -1 is out of range"),
+    (lambda s: s.collective("all_reduce", [0, 1, 0], 1024),
+     r"all_reduce ranks: a group's ranks must be distinct, but rank 0 appears 2 times in \[0, 1, 0\]"),
+    (lambda s: s.collective("all_gather", [], 1024), "all_gather: ranks is empty"),
+    (lambda s: s.collective("broadcast", [0, 1], 1024, root=2),
+     r"broadcast: root=2 is not in the group; expected a group rank 0..1"),
+    (lambda s: s.collective("reduce", range(4), 1024, root=-1), "reduce: root=-1 is not in the group"),
+    (lambda s: s.collective("all_reduce", range(4), 1024, dtype="bfloat61"),
+     "unknown dtype 'bfloat61'.*did you mean 'bfloat16'"),
+])
+def test_bad_ranks_roots_and_dtypes_are_refused_naming_the_value(call, message):
+    s = Session("hgx-h100")
+    with pytest.raises(SimcommError, match=message):
+        call(s)
+    assert s.now == 0 and not s.sim.recorder.activities()  # nothing started
+
+
+def test_dtype_aliases_resolve_through_the_vocabulary():
+    from simcomm.collective import make_collective
+    s = Session("hgx-h100")
+    runs = {d: s.collective("all_reduce", range(8), "8MiB", dtype=d) for d in ("bf16", "bfloat16", "half", "float")}
+    s.run(s.all_of(runs.values()))
+    assert {d: r.record.dtype for d, r in runs.items()} == {"bf16": "bfloat16", "bfloat16": "bfloat16",
+                                                             "half": "float16", "float": "float32"}
+    assert runs["bf16"].record.count == runs["half"].record.count == 4 << 20  # 2-byte elements
+    assert runs["float"].record.count == 2 << 20  # nccl-tests' float is float32, not numpy's float64
+    assert make_collective("all_reduce", range(8), 8 << 20, dtype="bf16").count == 4 << 20
+    with pytest.raises(SimcommError, match="unknown dtype 'bf61'"):
+        make_collective("all_reduce", range(8), 8 << 20, dtype="bf61")
+
+
+def test_a_bad_detail_is_refused_naming_the_choices():
+    from simcomm.collective import simulate_collective
+    for make in (lambda: Session("hgx-h100", detail="x"),
+                 lambda: simulate_collective("all_reduce", "1MiB", detail="x")):
+        with pytest.raises(SimcommError, match="detail must be one of 'flows', 'steps', got 'x'"):
+            make()
+
+
+def test_session_and_simulate_collective_are_top_level():
+    import simcomm
+    assert {"Session", "simulate_collective"} <= set(simcomm.__all__)
+    assert simcomm.Session is Session
+    assert simcomm.simulate_collective("all_reduce", "1MiB", ranks=8).ranks == 8

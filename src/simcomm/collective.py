@@ -15,9 +15,9 @@ import numpy as np
 from .algorithms import Collective
 from .algorithms.reduce_ops import as_reduce_op
 from .errors import SimcommError
-from .session import CollectiveRecord, Session
+from .session import CollectiveRecord, Session, as_dtype
 from .units import parse_size
-from .vocab import OP_NAMES, canonical_kind, numpy_dtype, per_rank_count
+from .vocab import OP_NAMES, canonical_kind, per_rank_count
 
 
 @dataclass
@@ -28,10 +28,11 @@ class CollectiveRun(CollectiveRecord):
 
 
 def make_collective(kind: str, ranks, size: int, dtype="float32", op="sum", root: int = 0) -> Collective:
-    """A Collective from nccl-tests' total size S in bytes (dtype and op by vocabulary or numpy/ReduceOp name)."""
+    """A Collective from nccl-tests' total size S in bytes (dtype by vocabulary name or alias, or a numpy dtype;
+    op by vocabulary or ReduceOp name)."""
     kind = canonical_kind(kind)
     ranks = np.asarray(list(ranks) if isinstance(ranks, range) else ranks, dtype=np.int64)
-    dt = np.dtype(numpy_dtype(dtype) if isinstance(dtype, str) else dtype)
+    dt, _ = as_dtype(dtype)
     reduce_op = as_reduce_op(OP_NAMES.get(op, op) if isinstance(op, str) else op)
     return Collective(kind, ranks, per_rank_count(kind, size, dt.itemsize, len(ranks)), dt, reduce_op, root)
 

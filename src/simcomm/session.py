@@ -18,6 +18,7 @@ schedule that repeats the same TP all-reduce thousands of times pays for one sol
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -30,7 +31,7 @@ from .engine import NO_TAGS, Simulation
 from .errors import SimcommError
 from .hardware import Cluster, build_cluster
 from .units import parse_size
-from .vocab import OP_NAMES, PER_RANK_SHARD, Bandwidth, canonical_kind, numpy_dtype, per_rank_count
+from .vocab import OP_NAMES, PER_RANK_SHARD, Bandwidth, canonical_dtype, canonical_kind, numpy_dtype, per_rank_count
 
 
 @dataclass
@@ -79,10 +80,17 @@ class Op(simpy.Event):
         return f"Op({self.kind}{', ' + what if what else ''}, {'done' if self.processed else 'pending'})"
 
 
-def _ranks(ranks) -> np.ndarray:
-    if not isinstance(ranks, np.ndarray) and isinstance(ranks, Iterable):
-        ranks = list(ranks)
-    return np.atleast_1d(np.asarray(ranks, dtype=np.int64))
+def as_dtype(dtype) -> tuple[np.dtype, str]:
+    """The numpy dtype a collective runs with and the name it is recorded under, for a vocabulary name or alias
+    ('bfloat16', 'bf16', 'half', ...; see vocab.canonical_dtype) or a numpy dtype."""
+    if isinstance(dtype, str):
+        name = canonical_dtype(dtype)
+        return np.dtype(numpy_dtype(name)), name
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        raise SimcommError(f"dtype: expected a dtype name or a numpy dtype, got {dtype!r}") from None
+    return np_dtype, np_dtype.name
 
 
 def _check_amount(name: str, value) -> np.ndarray:
@@ -146,6 +154,27 @@ class Session:
         return self.sim.stats()
 
     # ---- operations --------------------------------------------------------------------------------------
+    def _group(self, what: str, ranks, distinct: bool = False) -> np.ndarray:
+        """`ranks` as global ranks, each in 0..num_ranks-1 (and distinct if asked); a SimcommError naming `what`
+        and the offending rank otherwise."""
+        n = self.cluster.num_ranks
+        try:
+            raw = np.atleast_1d(np.asarray(list(ranks) if isinstance(ranks, Iterable) and not isinstance(
+                ranks, np.ndarray) else ranks))
+        except ValueError:  # a ragged list
+            raw = None
+        if raw is None or (raw.size and (raw.ndim != 1 or raw.dtype.kind not in "iu")):
+            raise SimcommError(f"{what}: expected global ranks (whole numbers 0..{n - 1}), got {ranks!r}")
+        group = raw.astype(np.int64, copy=False)
+        if group.size and (group.min() < 0 or group.max() >= n):
+            bad = int(group[(group < 0) | (group >= n)][0])
+            raise SimcommError(f"{what}: rank {bad} is out of range; {self.cluster.name} has ranks 0..{n - 1}")
+        if distinct and len(np.unique(group)) != len(group):
+            values, counts = np.unique(group, return_counts=True)
+            raise SimcommError(f"{what}: a group's ranks must be distinct, but rank {int(values[counts > 1][0])} "
+                               f"appears {int(counts[counts > 1][0])} times in {group.tolist()}")
+        return group
+
     def _start(self, op: Op, after, body) -> Op:
         """Run body(op) now, or once every event in `after` has fired."""
         deps = [e for e in (after or ()) if not e.processed]
@@ -170,9 +199,12 @@ class Session:
         size-only. root is a group rank. op: 'sum', 'avg', ... or a ReduceOp.
         """
         kind = canonical_kind(kind)
-        group = _ranks(ranks)
-        np_dtype = np.dtype(numpy_dtype(dtype) if isinstance(dtype, str) else dtype)
-        dtype_name = dtype if isinstance(dtype, str) else np_dtype.name
+        group = self._group(f"{kind} ranks", ranks, distinct=True)
+        if not group.size:
+            raise SimcommError(f"{kind}: ranks is empty; a collective needs at least one rank")
+        if isinstance(root, bool) or not isinstance(root, numbers.Integral) or not 0 <= root < len(group):
+            raise SimcommError(f"{kind}: root={root!r} is not in the group; expected a group rank 0..{len(group) - 1}")
+        np_dtype, dtype_name = as_dtype(dtype)
         if (size is None) == (count is None):
             raise SimcommError(f"{kind}: give exactly one of size (nccl-tests' S) and count")
         if count is None:
@@ -205,7 +237,7 @@ class Session:
         """Point-to-point: src[i] sends nbytes[i] to dst[i] (scalars or arrays of global ranks; nbytes may be a
         string such as '8MiB'); fires when the last byte has arrived. Recorded on each sender as a "p2p" op with
         the receiver as peer."""
-        src, dst = _ranks(src), _ranks(dst)
+        src, dst = self._group("send src", src), self._group("send dst", dst)
         if src.shape != dst.shape:
             raise SimcommError(f"send: {len(src)} sources but {len(dst)} destinations")
         amount = _check_amount("nbytes", nbytes)
@@ -229,7 +261,7 @@ class Session:
                 tags: Mapping | None = None, label: str = "compute") -> Op:
         """Occupy each rank's compute queue: `flops` at `rate` flop/s (default: the device's peak), plus `seconds`
         (scalars or one per rank). Work queued on one device runs back to back."""
-        group = _ranks(ranks)
+        group = self._group("compute ranks", ranks)
         flops = _check_amount("flops", flops)
         seconds = _check_amount("seconds", seconds)
         rate = self.sim.compute.rate if rate is None else float(_check_amount("rate", rate))
@@ -246,7 +278,7 @@ class Session:
 
     def memory_op(self, ranks, nbytes, *, after=(), tags: Mapping | None = None, label: str = "memory") -> Op:
         """Move `nbytes` of HBM traffic (reads plus writes) on each rank at its memory bandwidth."""
-        group = _ranks(ranks)
+        group = self._group("memory_op ranks", ranks)
         amount = _check_amount("nbytes", nbytes)
         result = Op(self.env, "memory", group, {**(tags or {})})
 

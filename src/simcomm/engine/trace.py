@@ -19,6 +19,10 @@ NO_TAGS: Mapping = MappingProxyType({})
 
 import numpy as np
 
+from ..errors import SimcommError
+
+DETAILS = ("flows", "steps")  # what a Recorder keeps: every flow, or only aggregated steps
+
 
 @dataclass(frozen=True)
 class Activity:
@@ -53,8 +57,8 @@ class Recorder:
     """Collects activities; `detail` is "flows" (everything) or "steps" (no per-flow rows)."""
 
     def __init__(self, cluster, detail: str = "flows"):
-        if detail not in ("flows", "steps"):
-            raise ValueError(f"detail must be 'flows' or 'steps', got {detail!r}")
+        if detail not in DETAILS:
+            raise SimcommError(f"detail must be one of {', '.join(map(repr, DETAILS))}, got {detail!r}")
         self.cluster = cluster
         self.detail = detail
         self._flows: list[tuple] = []
