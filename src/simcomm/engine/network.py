@@ -20,7 +20,7 @@ import numpy as np
 import simpy
 
 from .maxmin import max_min_rates_csr
-from .replay import Learning, Replay, Run, Trajectory
+from .replay import Learning, Replay, Run, StepTemplate, Trajectory
 from .trace import NO_TAGS
 
 _LIVE = ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index")
@@ -152,7 +152,7 @@ class FlowNetwork:
             return None
         starts = np.asarray(starts, dtype=np.float64)
         run = Run(starts, self.env.event(), trajectory.offsets, self._latency_table()[route] + extra,
-                  (src, dst, payload, route, label, extra, pattern, w, tags), wire)
+                  StepTemplate(src, dst, payload, route, label, extra, pattern, w, tags), wire)
         rep = self._hold(Replay(self._next_rid, None, float(starts[0]), trajectory, wire, links, run))
         self._timer_at(rep, float(starts[-1]) + trajectory.duration)
         return run
@@ -482,10 +482,10 @@ class FlowNetwork:
         if (rep.trajectory.offsets <= elapsed * (1 + 1e-12)).all():
             self._end_run(run, j + 1, None)
             return
-        src, dst, payload, route, label, extra, pattern, w, tags = run.template
+        step = run.template
         start = float(run.starts[j])
-        t = Transfer(src, dst, payload, route, start, self.env.event(), label, extra, np.full(len(src), np.nan),
-                     pattern, len(src), start, w, False, tags)
+        t = Transfer(step.src, step.dst, step.payload, step.route, start, self.env.event(), step.label, step.extra,
+                     np.full(len(step.src), np.nan), step.pattern, len(step.src), start, step.weight, False, step.tags)
         if live:
             self._go_live(t, start, rep.trajectory, run.wire)
         else:
@@ -495,7 +495,7 @@ class FlowNetwork:
 
     def _end_run(self, run: Run, completed: int, inflight: Transfer | None) -> None:
         run.completed, run.inflight, run.cut = completed, inflight, completed < run.steps
-        flows = float(run.template[7].sum())
+        flows = float(run.template.weight.sum())
         self.stats["transfers"] += completed + (inflight is not None)
         self.stats["flows"] += int(flows * (completed + (inflight is not None)))
         self.stats["closed_form"] += completed + (inflight is not None)

@@ -10,6 +10,7 @@ turns the step in flight back into live flows (`FlowNetwork` does that), so cont
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import simpy
@@ -53,6 +54,20 @@ class Learning:
     bw_done: np.ndarray = None
 
 
+class StepTemplate(NamedTuple):
+    """What builds the Transfer of one step of a Run (the step's flows, as `FlowNetwork.run` was given them)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    payload: np.ndarray  # bytes per flow
+    route: np.ndarray  # route id per flow
+    label: str
+    extra: np.ndarray  # extra latency per flow
+    pattern: bytes  # the flows' key in the network's caches
+    weight: np.ndarray  # flows each entry stands for
+    tags: Mapping
+
+
 @dataclass(eq=False)
 class Run:
     """k identical transfers replayed back to back (one event for all of them), as `FlowNetwork.run` starts them.
@@ -66,7 +81,7 @@ class Run:
     done: simpy.Event
     offsets: np.ndarray  # per-flow offsets of the last byte from a step's start
     latency: np.ndarray  # per-flow route plus extra latency
-    template: tuple  # what builds a Transfer for a step: (src, dst, payload, route, label, extra, pattern, w, tags)
+    template: StepTemplate
     wire: np.ndarray
     completed: int = 0
     inflight: object = None
