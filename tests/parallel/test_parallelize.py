@@ -78,13 +78,15 @@ def assert_replicas_equal(cfg: TrainConfig, res):
     for r in res.results:
         c, mine = r["coords"], held[r["rank"]]
         assert mine and all(v is not None for v in mine.values())
-        others = [(at[tuple(sorted({**c, "dp": 0, "cp": 0}.items()))], list(mine)),
-                  (at[tuple(sorted({**c, "tp": 0}.items()))], [n for n in mine if specs[n].split is None])]
+
+        def rank(**moved):
+            return at[tuple(sorted({**c, **moved}.items()))]
+        others = [(rank(dp=0, cp=0), list(mine)), (rank(tp=0), [n for n in mine if specs[n].split is None])]
         if c["pp"] == cfg.dims.pp - 1 and WORD in mine and cfg.dims.pp > 1:
-            others.append((at[tuple(sorted({**c, "pp": 0}.items()))], [WORD]))
-        for rank, names in others:
+            others.append((rank(pp=0), [WORD]))
+        for other, names in others:
             for n in names:
-                np.testing.assert_array_equal(mine[n], held[rank][n], err_msg=f"rank {r['rank']} {n}")
+                np.testing.assert_array_equal(mine[n], held[other][n], err_msg=f"rank {r['rank']} {n}")
 
 
 BASE = TrainConfig(MODEL, global_batch_size=8, train_iters=STEPS, optimizer_args={"lr": 1e-2, "weight_decay": 0.1})
