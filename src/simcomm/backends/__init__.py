@@ -7,11 +7,13 @@ per rank, whether the results are bitwise equal and their max abs diff. torch is
 from .torch_runner import (
                            TORCH_HINT,
                            Comparison,
+                           NoGPUs,
                            RankComparison,
                            RealRankFailed,
                            RealRunError,
                            RealRunTimeout,
                            bitwise_equal,
+                           check_gpus,
                            compare,
                            diff,
                            free_port,
@@ -20,5 +22,6 @@ from .torch_runner import (
                            run_simulated,
 )
 
-__all__ = ["TORCH_HINT", "Comparison", "RankComparison", "RealRankFailed", "RealRunError", "RealRunTimeout",
-           "bitwise_equal", "compare", "diff", "free_port", "require_torch", "run_real", "run_simulated"]
+__all__ = ["TORCH_HINT", "Comparison", "NoGPUs", "RankComparison", "RealRankFailed", "RealRunError",
+           "RealRunTimeout", "bitwise_equal", "check_gpus", "compare", "diff", "free_port", "require_torch",
+           "run_real", "run_simulated"]

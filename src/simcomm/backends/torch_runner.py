@@ -55,6 +55,32 @@ class RealRunTimeout(RealRunError):
     """The run did not finish within its timeout; every process was terminated."""
 
 
+class NoGPUs(RealRunError):
+    """Real NCCL was asked for on a machine without a CUDA GPU per rank."""
+
+
+def check_gpus(backend: str, nprocs: int) -> None:
+    """For backend "nccl": one CUDA GPU per rank, or NoGPUs saying what this machine has (never a silent skip)."""
+    if backend != "nccl":
+        return
+    import torch
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < nprocs:
+        raise NoGPUs(f"real NCCL with {nprocs} ranks needs {nprocs} CUDA GPUs (one per rank); this machine has "
+                     f"{have} (torch.cuda.is_available() is {torch.cuda.is_available()})")
+
+
+def _to_host(value):
+    """Tensors moved to the CPU (a GPU rank's results are unpickled by a parent that may have no GPU), recursively."""
+    if hasattr(value, "is_cuda") and value.is_cuda:
+        return value.cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_host(v) for k, v in value.items()}
+    return value
+
+
 def require_torch():
     """torch (with torch.distributed), or an ImportError that says how to get it."""
     try:
@@ -82,10 +108,13 @@ def _worker(rank: int, nprocs: int, port: int, backend: str, fn_args: bytes, res
         if sys.platform.startswith("linux") and "GLOO_SOCKET_IFNAME" not in os.environ \
                 and os.path.exists("/sys/class/net/lo"):
             os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # every rank is on this host
+        import torch
         import torch.distributed as dist
         fn, args = pickle.loads(fn_args)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)  # one GPU per rank, as torchrun's LOCAL_RANK on one node
         dist.init_process_group(backend, rank=rank, world_size=nprocs, timeout=timedelta(seconds=timeout))
-        value = fn(rank, dist, *args)
+        value = _to_host(fn(rank, dist, *args))
         results.put((rank, "ok", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)))
     except BaseException:  # noqa: BLE001 - everything goes back to the parent
         results.put((rank, "error", traceback.format_exc()))
@@ -127,11 +156,13 @@ def run_real(fn, args=(), nprocs: int = 2, backend: str = "gloo", timeout: float
 
     Ranks rendezvous on 127.0.0.1 at a free port. `timeout` (seconds) bounds the whole run, start-up included;
     past it every process is terminated and RealRunTimeout names the ranks still running. A rank that raises
-    stops the run at once (RealRankFailed with its traceback). Results travel back pickled.
+    stops the run at once (RealRankFailed with its traceback). Results travel back pickled, tensors on the CPU.
+    backend="nccl" runs rank r on CUDA device r and needs a GPU per rank: without them, NoGPUs at once.
     """
     require_torch()
     if nprocs < 1:
         raise SimcommError(f"nprocs must be at least 1, got {nprocs}")
+    check_gpus(backend, nprocs)
     try:
         fn_args = pickle.dumps((fn, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001 - pickling errors come in many types
