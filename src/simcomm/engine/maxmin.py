@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .ids import factorize
+
 _SATURATED = 1e-9  # relative residual below which a link counts as full
 
 
@@ -31,7 +33,11 @@ def max_min_rates_csr(lengths: np.ndarray, starts: np.ndarray, links: np.ndarray
 
 
 def _fill(lengths: np.ndarray, pair_link_global: np.ndarray, counts: np.ndarray, capacity: np.ndarray):
-    """Progressive filling over (class, link) pairs listed class by class."""
+    """Progressive filling over (class, link) pairs listed class by class.
+
+    Every round raises the rate of the unfrozen classes by the same delta, so a class's rate is the running sum of
+    the deltas up to the round it froze in (kept as one `level`, added in the same order); the pairs of frozen
+    classes are dropped as they freeze, so later rounds cost what is left."""
     num = len(lengths)
     rates = np.zeros(num)
     empty = lengths == 0
@@ -42,27 +48,26 @@ def _fill(lengths: np.ndarray, pair_link_global: np.ndarray, counts: np.ndarray,
     if 4 * len(pair_link_global) >= len(capacity):  # dense: index the links directly (no sort)
         links, pair_link = np.arange(len(capacity)), pair_link_global
     else:
-        links, pair_link = np.unique(pair_link_global, return_inverse=True)
+        links, pair_link = factorize(pair_link_global, len(capacity))
     residual = capacity[links].astype(np.float64)
     full = capacity[links] * _SATURATED
     weight = np.asarray(counts, dtype=np.float64)[pair_class]
-    frozen = empty.copy()
-    while not frozen.all():
-        live = ~frozen[pair_class]
-        load = np.bincount(pair_link[live], weights=weight[live], minlength=len(links))
+    level = 0.0
+    while len(pair_class):
+        load = np.bincount(pair_link, weights=weight, minlength=len(links))
         used = load > 0
         share = residual[used] / load[used]
         delta = share.min()
-        rates[~frozen] += delta
+        level += delta
         residual -= delta * load
         saturated = used & (residual <= full)
-        hit = np.zeros(len(links), dtype=bool)
-        hit[saturated] = True
         newly = np.zeros(num, dtype=bool)
-        newly[pair_class[live & hit[pair_link]]] = True
+        newly[pair_class[saturated[pair_link]]] = True
         if not newly.any():  # numerical safety: freeze the classes on the tightest link
             tight = used.copy()
             tight[used] = share <= delta * (1 + 1e-12)
-            newly[pair_class[live & tight[pair_link]]] = True
-        frozen |= newly
+            newly[pair_class[tight[pair_link]]] = True
+        rates[newly] = level
+        keep = ~newly[pair_class]
+        pair_class, pair_link, weight = pair_class[keep], pair_link[keep], weight[keep]
     return rates

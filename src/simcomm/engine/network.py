@@ -19,6 +19,8 @@ from typing import Mapping
 import numpy as np
 import simpy
 
+from .cache import BoundedCache
+from .ids import distinct, factorize
 from .maxmin import max_min_rates_csr
 from .replay import Learning, Replay, Run, StepTemplate, Trajectory
 from .trace import NO_TAGS
@@ -84,13 +86,13 @@ class FlowNetwork:
         self._updated = 0.0
         self._generation = 0  # of the live flow set: a pending finish timer is stale once it moves on
         self._resolve_pending = False
-        self._routes_cache: dict[bytes, np.ndarray] = {}
-        self._links_cache: dict[bytes, np.ndarray] = {}
+        self._routes_cache = BoundedCache()  # pattern -> route ids
+        self._links_cache = BoundedCache()  # pattern -> links crossed
         self._memo: _Memo | None = None
-        self._rates_cache: dict[tuple, np.ndarray] = {}
+        self._rates_cache = BoundedCache()  # live batches -> max-min rates
         self._live_links: np.ndarray | None = None  # bool per link crossed by a live flow (None: stale)
         # Closed forms (engine/replay.py): trajectories by pattern, replays holding links, batches being learned.
-        self._solo_cache: dict[bytes, Trajectory] = {}
+        self._solo_cache = BoundedCache(max_entries=1024)  # pattern and bytes -> Trajectory
         self._replays: dict[int, Replay] = {}
         self._next_rid = 0
         self._owner = np.full(cluster.num_links, -1, dtype=np.int64)  # replay holding each link
@@ -129,7 +131,7 @@ class FlowNetwork:
             self._claim(links)
             alone = not self._live_overlaps(links)
         if alone and key in self._solo_cache:
-            self._replay(t, self._solo_cache[key], wire, links)
+            self._replay(t, self._solo_cache.get(key), wire, links)
             return t
         self._add_live(t, wire, learn=(key, links) if alone else None)
         return t
@@ -205,10 +207,7 @@ class FlowNetwork:
                 pattern = src.tobytes() + b"|" + dst.tobytes() + w.tobytes()
                 route = self._routes_cache.get(pattern)
                 if route is None:
-                    route = self.cluster.route_ids(src, dst)
-                    if len(self._routes_cache) > 4096:
-                        self._routes_cache.clear()
-                    self._routes_cache[pattern] = route
+                    route = self._routes_cache.put(pattern, self.cluster.route_ids(src, dst))
             self._memo = _Memo(src, dst, weight, routes, pattern, route, w)
         extra = np.broadcast_to(np.asarray(extra_latency, dtype=np.float64), src.shape)
         return src, dst, payload, pattern, route, w, extra
@@ -234,17 +233,19 @@ class FlowNetwork:
     def _links_of(self, pattern: bytes, route: np.ndarray) -> np.ndarray:
         links = self._links_cache.get(pattern)
         if links is None:
-            if len(self._links_cache) > 4096:
-                self._links_cache.clear()
-            links = self._links_cache[pattern] = np.unique(self._route_links(np.unique(route)))
+            links = self._links_cache.put(pattern, self._links_crossed(route))
         return links
+
+    def _links_crossed(self, route: np.ndarray) -> np.ndarray:
+        """The distinct links the given routes cross, ascending."""
+        return distinct(self._route_links(distinct(route, len(self.cluster.route_links))), self.cluster.num_links)
 
     def _live_overlaps(self, links: np.ndarray) -> bool:
         if not len(self._route):
             return False
         if self._live_links is None:
             mask = np.zeros(self.cluster.num_links, dtype=bool)
-            mask[self._route_links(np.unique(self._route))] = True
+            mask[self._route_links(distinct(self._route, len(self.cluster.route_links)))] = True
             self._live_links = mask
         return bool(self._live_links[links].any())
 
@@ -310,12 +311,17 @@ class FlowNetwork:
         self._note_loads()
         self._schedule_next()
 
-    def _solve(self) -> None:
+    def _solve(self, unchanged: bool = False) -> None:
+        """Max-min rates for the live flows (`unchanged`: they are known to be the current ones)."""
         if not len(self._route):
             return
-        self.stats["solves"] += 1
         # Batch ids are ascending in the live arrays, so one batch means equal ends.
         bids = [int(self._bid[0])] if self._bid[0] == self._bid[-1] else np.unique(self._bid).tolist()
+        if unchanged:
+            if self._learning:
+                self._record_rates(len(bids) == 1)
+            return
+        self.stats["solves"] += 1
         batches = [self._batches[b] for b in bids]
         # Rates depend only on which flows are live: the batches' patterns, and which of their flows remain.
         full = all(b._pending == len(b.src) for b in batches)
@@ -325,14 +331,12 @@ class FlowNetwork:
             self.stats["solve_cache_hits"] += 1
             self._rate = cached
         else:
-            classes, inverse = np.unique(self._route, return_inverse=True)
+            classes, inverse = factorize(self._route, len(self.cluster.route_links))
             counts = np.bincount(inverse, weights=self._weight)
             lengths, starts, links = self.cluster.route_csr()
             self._rate = max_min_rates_csr(lengths[classes], starts[classes], links, counts,
                                            self.capacity)[inverse]
-            if len(self._rates_cache) > 4096:
-                self._rates_cache.clear()
-            self._rates_cache[key] = self._rate
+            self._rates_cache.put(key, self._rate)
         if self._learning:
             self._record_rates(len(bids) == 1)
 
@@ -363,13 +367,16 @@ class FlowNetwork:
         # Flows within a relative hair of finishing finish now: float error must not cost an extra event.
         elapsed = self.env.now - self._ttf_at
         done = self._ttf <= elapsed + 1e-12 * max(self.env.now, 1e-9) + 1e-18
+        freed = self._route[done]
         self._finish(done)
         keep = ~done
         for name in _LIVE:
             arr = getattr(self, name)
             setattr(self, name, arr[:0] if not keep.any() else arr[keep])
         self._live_links = None
-        self._solve()
+        # Max-min rates decompose over flows that share no link: if none of the live flows crossed a link of the
+        # ones that ended, their rates stay (a pipelined tree's NVLink hops end before its NIC hops, and vice versa).
+        self._solve(unchanged=len(self._route) > 0 and not self._live_overlaps(self._links_crossed(freed)))
         self._note_loads()
         self._schedule_next()
 
@@ -403,9 +410,7 @@ class FlowNetwork:
     def _learn(self, bid: int, rec: Learning) -> None:
         """A batch ran alone on its links from start to end: keep its trajectory to replay it next time."""
         self._forget(bid)
-        if len(self._solo_cache) > 1024:
-            self._solo_cache.clear()
-        self._solo_cache[rec.key] = Trajectory(rec.bw_done, np.asarray(rec.seg_starts), np.vstack(rec.seg_rates))
+        self._solo_cache.put(rec.key, Trajectory(rec.bw_done, np.asarray(rec.seg_starts), np.vstack(rec.seg_rates)))
 
     def _forget(self, bid: int) -> None:
         rec = self._learning.pop(bid)

@@ -7,7 +7,7 @@ the fabric by breadth-first search between switches), so a 16,384-GPU cluster ne
 """
 from __future__ import annotations
 
-from collections import deque
+from dataclasses import dataclass
 from functools import cached_property
 
 import networkx as nx
@@ -25,6 +25,19 @@ def _mix(x: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
     return x ^ (x >> 31)
+
+
+@dataclass(frozen=True)
+class _SwitchGraph:
+    """The fabric's switches as arrays: switch i's out-links are link[ptr[i]:ptr[i+1]] to nbr[...]; the
+    switches with a link into i are rsrc[rptr[i]:rptr[i+1]]."""
+
+    index: dict
+    ptr: np.ndarray
+    nbr: np.ndarray
+    link: np.ndarray
+    rptr: np.ndarray
+    rsrc: np.ndarray
 
 
 def _template_paths(t: NodeTemplate) -> tuple[dict, dict, dict]:
@@ -152,10 +165,15 @@ class Cluster:
 
     def route_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(lengths, starts, links) of every route so far: route r is links[starts[r]:starts[r] + lengths[r]]."""
-        if self._csr is None or len(self._csr[0]) != len(self.route_links):
-            lengths = np.fromiter((len(x) for x in self.route_links), dtype=np.int64, count=len(self.route_links))
-            links = np.concatenate(self.route_links) if len(self.route_links) else np.empty(0, np.int64)
-            self._csr = (lengths, np.cumsum(lengths) - lengths, links.astype(np.int64))
+        known = 0 if self._csr is None else len(self._csr[0])
+        if known != len(self.route_links):  # routes added since: append theirs (rebuilding is quadratic)
+            new = self.route_links[known:]
+            lengths = np.fromiter((len(x) for x in new), dtype=np.int64, count=len(new))
+            links = np.concatenate(new).astype(np.int64) if lengths.sum() else np.empty(0, np.int64)
+            if known:
+                old_lengths, _, old_links = self._csr
+                lengths, links = np.concatenate([old_lengths, lengths]), np.concatenate([old_links, links])
+            self._csr = (lengths, np.cumsum(lengths) - lengths, links)
         return self._csr
 
     def route_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -239,40 +257,53 @@ class Cluster:
         """Fewest-hop switch path; among equal choices a fixed hash of the flow picks one (ECMP)."""
         if a == b:
             return []
-        dist = self._distances.get(b)
+        g = self._switch_graph
+        ai, bi = g.index[a], g.index[b]
+        dist = self._distances.get(bi)
         if dist is None:
-            dist = self._distances[b] = self._bfs_to(b)
-        if a not in dist:
+            dist = self._distances[bi] = self._bfs_to(bi)
+        if dist[ai] < 0:
             raise HardwareError(f"{self.name}: no fabric path from switch {a} to switch {b}")
-        path, here, hop = [], a, 0
-        while here != b:
-            nxt = self._next_hops.get((here, b))
+        path, here, hop = [], ai, 0
+        while here != bi:
+            nxt = self._next_hops.get((here, bi))
             if nxt is None:  # cached: a spine has one neighbour per leaf, so scanning per route is costly
-                nxt = [(v, j) for v, j in self._adjacency[here] if dist.get(v, -1) == dist[here] - 1]
-                self._next_hops[(here, b)] = nxt
-            v, j = nxt[_mix(salt * 64 + hop) % len(nxt)]
-            path.append(j)
-            here, hop = v, hop + 1
+                lo, hi = g.ptr[here], g.ptr[here + 1]
+                closer = dist[g.nbr[lo:hi]] == dist[here] - 1
+                nxt = self._next_hops[(here, bi)] = (g.nbr[lo:hi][closer].tolist(), g.link[lo:hi][closer].tolist())
+            k = _mix(salt * 64 + hop) % len(nxt[0])
+            path.append(nxt[1][k])
+            here, hop = nxt[0][k], hop + 1
         return path
 
     @cached_property
-    def _reverse_adjacency(self) -> dict[str, list[str]]:
-        # Built once: rebuilding it per BFS target made routing on large fabrics quadratic.
-        reverse: dict[str, list[str]] = {}
-        for u, nbrs in self._adjacency.items():
-            for v, _ in nbrs:
-                reverse.setdefault(v, []).append(u)
-        return reverse
+    def _switch_graph(self) -> _SwitchGraph:
+        # Built once, as arrays: per-target searches and next-hop scans over 10^3 switches stay in numpy.
+        names = sorted(set(self._adjacency) | {v for nbrs in self._adjacency.values() for v, _ in nbrs})
+        index = {name: i for i, name in enumerate(names)}
+        nbrs = [self._adjacency.get(name, []) for name in names]  # each sorted by (neighbour, link)
+        ptr = np.cumsum([0] + [len(x) for x in nbrs])
+        nbr = np.array([index[v] for x in nbrs for v, _ in x], dtype=np.int64)
+        link = np.array([j for x in nbrs for _, j in x], dtype=np.int64)
+        src = np.repeat(np.arange(len(names)), np.diff(ptr))
+        order = np.argsort(nbr, kind="stable")  # edges by head: who reaches each switch in one hop
+        rptr = np.searchsorted(nbr[order], np.arange(len(names) + 1))
+        return _SwitchGraph(index, ptr, nbr, link, rptr, src[order])
 
-    def _bfs_to(self, target: str) -> dict[str, int]:
-        reverse = self._reverse_adjacency
-        dist, queue = {target: 0}, deque([target])
-        while queue:
-            v = queue.popleft()
-            for u in reverse.get(v, ()):
-                if u not in dist:
-                    dist[u] = dist[v] + 1
-                    queue.append(u)
+    def _bfs_to(self, target: int) -> np.ndarray:
+        """Hops from every switch to switch `target` (-1: no path), breadth first over reversed links."""
+        g = self._switch_graph
+        dist = np.full(len(g.index), -1, dtype=np.int64)
+        dist[target] = 0
+        frontier, level = np.array([target]), 0
+        while len(frontier):
+            level += 1
+            lo, size = g.rptr[frontier], g.rptr[frontier + 1] - g.rptr[frontier]
+            gather = np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))  # the ranges, joined
+            reach = g.rsrc[gather]
+            reach = np.unique(reach[dist[reach] < 0])
+            dist[reach] = level
+            frontier = reach
         return dist
 
     # ---- names and summaries -----------------------------------------------------------------------------
