@@ -122,3 +122,26 @@ def test_steps_detail_keeps_aggregates_not_per_rank_rows():
     assert sum(r.steps for r in rows) == 31  # one reduction per reduce-scatter step
     assert not [a for a in s.sim.recorder.activities() if a.kind == "hbm"]
     np.testing.assert_allclose(sum(r.amount for r in rows), 31 * 32 * 3 * (64 << 20) / 32, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "broadcast", "reduce"])
+def test_tree_steady_state_in_closed_form(kind):
+    """A pipelined tree's full stages (every edge busy with a full slice) are one step repeated."""
+    fast, slow = _same(H100x4, lambda s: [s.collective(kind, range(32), "256MiB", algorithm="tree")])
+    assert fast["closed_form"] > 0 and fast["events"] < slow["events"] / 2
+
+
+def test_tree_contended_by_a_ring_and_p2p_midway():
+    """A ring all-reduce on the same NICs and a burst of sends arrive while the tree is in its steady state."""
+    def schedule(s):
+        tree = s.collective("all_reduce", range(32), "512MiB", algorithm="tree")
+        ring = s.collective("all_reduce", range(32), "32MiB", algorithm="ring", after=[s.timeout(400e-6)])
+        return [tree, ring, s.send([1, 10], [18, 27], "16MiB", after=[s.timeout(900e-6)])]
+    _same(H100x4, schedule)
+
+
+@pytest.mark.parametrize("size", ["4MiB", "64MiB"])
+def test_tree_with_cpu_reductions(size):
+    """Reductions not fused with the transfer delay the data (the executor's "add" mode) on a tree too."""
+    c = build_cluster("cpu-host", nodes=2, ranks_per_node=4)
+    _same(c, lambda s: [s.collective("all_reduce", range(8), size, algorithm="tree")])

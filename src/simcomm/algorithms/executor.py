@@ -21,12 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine import NO_TAGS
+from ..engine.cache import BoundedCache
 from ..engine.resources import reduction_bytes
 from .chains import StepMap, advance
 from .plan import Buffers, Collective, Plan, Step
 from .protocols import Protocol
 
 _AMBIGUOUS = 1e-9  # relative: a closed form must not hinge on a comparison this close
+_RECENT, _RECENT_BYTES = 16, 32 << 20  # flow and chain sets an executor remembers (by identity)
 
 
 @dataclass
@@ -47,8 +49,10 @@ class _Executor:
         self.fused = cluster.device.fused_reduction
         self.hop_intra, self.hop_net = proto.hop(cluster.intra_node[2]), proto.hop("net")
         self.ready = np.empty((1, coll.n))
-        self.flat_index: dict[tuple, tuple] = {}
-        self.seen: dict[int, tuple] = {}  # plans reuse the same flow arrays step after step
+        # Plans reuse the same flow arrays step after step; a plan whose stages are all new (a pipelined tree)
+        # must not keep every stage's arrays alive, so only the latest few are remembered.
+        self.flat_index = BoundedCache(_RECENT, _RECENT_BYTES)
+        self.seen = BoundedCache(_RECENT, _RECENT_BYTES)
         self.last: Step | None = None  # the step last timed step by step, with what it cost
         self.last_cost: np.ndarray | None = None
         self.last_reduction: _Reduction | None = None
@@ -61,8 +65,8 @@ class _Executor:
             g_src, g_dst = ranks[st.src], ranks[st.dst]
             extra = self.hop_intra if st.routes is not None else \
                 np.where(g_src // self.rpn == g_dst // self.rpn, self.hop_intra, self.hop_net)
-            self.seen[key] = (st.src, g_src, g_dst, extra)
-        return self.seen[key][1:]
+            self.seen.put(key, (st.src, g_src, g_dst, extra))
+        return self.seen.get(key)[1:]
 
     def name(self, st: Step, index: int) -> str:
         """A step's label; repeats are numbered (index of repeat, 1-based)."""
@@ -292,8 +296,9 @@ def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index: dict)
         latest = _max_by(st.dst, arrival, ready.shape[1])
         np.maximum(ready, latest, out=ready)
         return ready
-    ch, src, dst, flow = st.chains
-    channels = int(ch[-1]) + 1  # chains are listed channel by channel
+    ch, src, dst, flow = st.chains[:4]
+    read = st.chains[4] if len(st.chains) > 4 else ch  # the clock read at the sender, if not the one written
+    channels = max(int(ch.max()), int(read.max())) + 1
     if channels > len(ready):
         ready = np.vstack([ready, np.repeat(ready.max(axis=0, keepdims=True), channels - len(ready), axis=0)])
     n = ready.shape[1]
@@ -301,7 +306,7 @@ def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index: dict)
     key = (id(st.chains), n)  # plans reuse one chain set for many steps: index it once per collective
     idx = flat_index.get(key)
     if idx is None or idx[0] is not st.chains:
-        idx = flat_index[key] = (st.chains, ch * n + src, ch * n + dst)
+        idx = flat_index.put(key, (st.chains, read * n + src, ch * n + dst))
     _, fsrc, fdst = idx
     arrival = np.maximum(flat[fsrc], t0)
     arrival += cost[flow]

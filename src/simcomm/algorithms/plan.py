@@ -29,7 +29,8 @@ class Step:
     local_reduce: tuple[np.ndarray, np.ndarray] | None = None
     # weight[i] identical flows travel as flow i (multi-channel algorithms repeat the same pair).
     weight: np.ndarray | None = None
-    # Dependency chains when flows are merged across channels: (channel, src, dst, index of the merged flow).
+    # Dependency chains when flows are merged across channels: (channel, src, dst, index of the merged flow), and
+    # optionally the channel whose clock the sender reads when it is not the one written at the receiver.
     # Latency accumulates per (channel, rank); without chains every flow is its own chain on channel 0.
     chains: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     # The step happens this many times back to back (identical flows, sizes and chains): the executor times a

@@ -11,7 +11,7 @@ import numpy as np
 from .base import Algorithm, ring_shape_reduced
 from .cost import CostModel
 from .plan import Buffers, Collective, step
-from .tree import MAX_SLICES, SLICE_BYTES
+from .tree_schedule import MAX_SLICES, SLICE_BYTES
 
 
 def _split(count: int, parts: int) -> tuple[int, np.ndarray]:

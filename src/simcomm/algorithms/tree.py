@@ -15,9 +15,9 @@ sending slice j down at stage D + j, and a rank at depth d forwards it at stage 
 (charged to its HBM). Identical flows of a stage (the channels' chains share rank pairs) travel as one weighted
 flow. Small buffers use fewer channels, as NCCL does (MIN_CHANNEL_BYTES per channel and tree).
 
-Latency: each (tree instance, slice) has its own clock per rank (the executor's `chains`), so a slice's latency
-adds up along its own path, up then down (2D hops, NCCL's 2 * depth * hop latency), instead of leaking between
-slices that a rank forwards in opposite directions. Stages run in lockstep for bandwidth, like every plan.
+Latency: each rank has a clock per tree instance and direction (the executor's `chains`), so a slice's latency
+adds up along its own path, up then down (2D hops, NCCL's 2 * depth * hop latency). Stages run in lockstep for
+bandwidth, like every plan; the steady state's identical stages are timed in closed form (tree_schedule.py).
 """
 from __future__ import annotations
 
@@ -27,12 +27,9 @@ import numpy as np
 
 from .base import Algorithm, stepwise
 from .cost import CostModel
-from .plan import Buffers, Collective, Step, step
-from .reduce_ops import combine
+from .plan import Buffers, Collective
+from .tree_schedule import pipelined_trees
 
-SLICE_BYTES = 128 << 10  # target bytes per slice and tree instance (NCCL pipelines in chunks of this order)
-MAX_SLICES = 128  # caps the stage count (and so the events) for huge buffers
-CLOCK_WINDOW_DEPTHS = 4  # latency clocks kept per instance: this many tree depths of slices (see below)
 MIN_CHANNEL_BYTES = 32 << 10  # a channel per this many bytes per tree, at most (NCCL: 64 B/thread x 512 threads)
 
 
@@ -58,18 +55,6 @@ def dtree_parents(nranks: int) -> tuple[np.ndarray, np.ndarray]:
         mirrored = np.array([btree_parent(nranks, nranks - 1 - r) for r in range(nranks)], dtype=np.int64)
         p1 = np.where(mirrored < 0, -1, nranks - 1 - mirrored)
     return p0, p1
-
-
-def depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of every vertex of a forest given by parent indices (-1 for roots)."""
-    d = np.zeros(len(parent), dtype=np.int64)
-    has = parent >= 0
-    for _ in range(len(parent)):
-        nd = np.where(has, d[np.maximum(parent, 0)] + 1, 0)
-        if np.array_equal(nd, d):
-            return d
-        d = nd
-    raise ValueError("parent array has a cycle")
 
 
 def node_members(coll: Collective) -> list[np.ndarray]:
@@ -111,136 +96,6 @@ def rooted_tree_parent(coll: Collective) -> np.ndarray:
     g = (np.arange(n) + coll.root) % n
     parent[g] = np.where(rel < 0, -1, (rel + coll.root) % n)
     return parent
-
-
-# ---- the pipelined schedule -------------------------------------------------------------------------------
-def choose_slices(nbytes_per_instance: float) -> int:
-    return int(min(MAX_SLICES, max(1, math.ceil(nbytes_per_instance / SLICE_BYTES))))
-
-
-def _sibling_index(parent: np.ndarray) -> np.ndarray:
-    """Position of each vertex among its parent's children (0, 1, ...), so same-parent reductions can be ordered."""
-    order = np.lexsort((np.arange(len(parent)), parent))
-    p = parent[order]
-    first = np.r_[True, p[1:] != p[:-1]]
-    start = np.maximum.accumulate(np.where(first, np.arange(len(p)), 0))
-    sib = np.empty(len(parent), dtype=np.int64)
-    sib[order] = np.arange(len(p)) - start
-    return sib
-
-
-def _merge(src, dst, nbytes, n: int):
-    """Identical flows (same src, dst, size) travel as one weighted flow; also returns each flow's merged index."""
-    sizes, size_code = np.unique(nbytes, return_inverse=True)
-    key = (size_code.reshape(-1) * n + src) * n + dst
-    uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
-    pair = uniq % (n * n)
-    return pair // n, pair % n, sizes[uniq // (n * n)], counts.astype(np.float64), inverse.reshape(-1)
-
-
-def _lag_estimate(parent: np.ndarray, node: np.ndarray) -> np.ndarray:
-    """A static guess of how late each vertex's partial result is (hops to its deepest leaf, an inter-node hop
-    counting as 10). The executor keeps the LAST of several same-step arrivals at one (clock, rank), so siblings
-    feeding one parent are listed by this guess plus their own hop, the likely-latest last."""
-    d = depths(parent)
-    lag = np.zeros(len(parent))
-    for level in range(int(d.max()), 0, -1):
-        v = np.flatnonzero(d == level)
-        hop = np.where(node[v] == node[parent[v]], 1.0, 10.0)
-        np.maximum.at(lag, parent[v], lag[v] + hop)
-    return lag
-
-
-def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], count: int, up: bool, down: bool,
-                    rows: np.ndarray | None, label: str):
-    """Run the tree instances `parents` pipelined; instance i owns the i-th of len(parents) equal segments of
-    the `count` elements of `rows` (n, count). up: reduce toward the roots; down: broadcast from the roots.
-
-    With down, every rank ends with what the roots hold, so the data is not copied stage by stage: the plan
-    returns the roots' final values (count elements) for the caller to hand to every rank."""
-    n, m = coll.n, len(parents)
-    seg = -(-count // m)
-    slices = choose_slices(seg * coll.itemsize)
-    per = -(-seg // slices) if seg else 0
-    starts = np.arange(m)[:, None] * seg + np.arange(slices)[None, :] * per
-    ends = np.minimum(np.arange(m)[:, None] * seg + np.minimum((np.arange(slices)[None, :] + 1) * per, seg), count)
-    true_bytes = np.clip(ends - starts, 0, None) * coll.itemsize  # (instance, slice)
-    work = None
-    if rows is not None and m * seg == count and slices * per == seg:
-        work = rows.reshape(n, m, slices, per)  # no padding needed: reduce in place
-    elif rows is not None:
-        padded = np.zeros((n, m * seg), dtype=rows.dtype)
-        padded[:, :count] = rows
-        work = padded.reshape(n, m, seg)
-        if slices * per != seg:
-            work = np.concatenate([work, np.zeros((n, m, slices * per - seg), dtype=rows.dtype)], axis=2)
-        work = work.reshape(n, m, slices, per)
-    # Every tree edge, over all instances: child, parent, the child's depth, its tree's depth, sibling index.
-    node = coll.ranks // (coll.placement.ranks_per_node or 1)
-    child, par, dep, tdep, sib, inst, lag = [], [], [], [], [], [], []
-    for i, parent in enumerate(parents):
-        d = depths(parent)
-        v = np.flatnonzero(parent >= 0)
-        child.append(v)
-        par.append(parent[v])
-        dep.append(d[v])
-        tdep.append(np.full(len(v), d.max()))
-        sib.append(_sibling_index(parent)[v])
-        inst.append(np.full(len(v), i))
-        lag.append(_lag_estimate(parent, node)[v] + np.where(node[v] == node[parent[v]], 1.0, 10.0))
-    child, par, dep, tdep, sib, inst, lag = (np.concatenate(x) for x in (child, par, dep, tdep, sib, inst, lag))
-    depth = int(tdep.max()) if len(tdep) else 0
-    stages = (depth if up else 0) + (depth if down else 0) + slices - 1
-    # Latency clocks: one per (tree instance, slice), reused by slice j + window once slice j has left the
-    # pipeline (it lives 2 * depth stages), which bounds the executor's clock array for huge buffers.
-    window = min(slices, CLOCK_WINDOW_DEPTHS * max(depth, 1) + 4)
-    for t in range(stages):
-        srcs, dsts, sizes, chans, keys = [], [], [], [], []
-        red = None
-        if up:
-            j = t - (tdep - dep)
-            ok = (j >= 0) & (j < slices)
-            ok &= true_bytes[inst, np.clip(j, 0, slices - 1)] > 0
-            v, p, i, js, s = child[ok], par[ok], inst[ok], j[ok], sib[ok]
-            b = true_bytes[i, js].astype(np.float64)
-            srcs.append(v), dsts.append(p), sizes.append(b), chans.append((window - 1 - js % window) * m + i)
-            keys.append(lag[ok])
-            red = (p, b)
-        if down:
-            j = t - (tdep if up else 0) - (dep - 1)
-            ok = (j >= 0) & (j < slices)
-            ok &= true_bytes[inst, np.clip(j, 0, slices - 1)] > 0
-            vd, pd, idn, jd = child[ok], par[ok], inst[ok], j[ok]
-            srcs.append(pd), dsts.append(vd), sizes.append(true_bytes[idn, jd].astype(np.float64))
-            chans.append((window - 1 - jd % window) * m + idn), keys.append(np.zeros(len(vd)))
-        src, dst, nb = np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes)
-        if len(src):
-            fs, fd, fb, w, flow = _merge(src, dst, nb, n)
-            # Latency runs along each (tree instance, slice): its own clock per rank ("channel"), numbered so
-            # that the first stage creates them all. Same-stage siblings: the likely-latest is listed last.
-            ch = np.concatenate(chans)
-            order = np.lexsort((np.concatenate(keys), ch))
-            chains = (ch[order], src[order], dst[order], flow[order])
-            st = step(fs, fd, fb, label=f"{label} stage {t + 1}/{stages}", weight=w, chains=chains)
-        else:
-            st = Step(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), label=f"{label} stage {t + 1}")
-        if red is not None and len(red[0]):
-            st.local_reduce = red
-        yield st
-        if work is not None and up:
-            # Each (edge, slice) is one contiguous block: combine it in place, siblings in order (first child
-            # first), which is the order the parent receives them in.
-            for e in np.lexsort((v, s)).tolist():
-                block = work[p[e], i[e], js[e]]
-                combine(buf.op, block, work[v[e], i[e], js[e]], out=block)
-    if work is None:
-        return None
-    if down:
-        roots = np.array([int(np.flatnonzero(parent < 0)[0]) for parent in parents])
-        return work[roots, np.arange(m)].reshape(-1)[:count]
-    if work.base is not rows and work is not rows:
-        rows[:] = work.reshape(n, -1)[:, :count]
-    return None
 
 
 # ---- plans ------------------------------------------------------------------------------------------------

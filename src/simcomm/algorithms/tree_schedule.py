@@ -1,0 +1,232 @@
+"""The pipelined schedule of tree collectives: every edge of every tree instance, slice by slice, stage by stage.
+
+A rank at depth d (of a tree of depth D) sends slice j up to its parent at stage (D - d) + j, after its children's
+slice j arrived; the root starts sending slice j down at stage D + j, and a rank at depth d forwards it at stage
+D + d + j. Each edge thus has an offset (the stage slice 0 crosses it) and carries slice `stage - offset`.
+
+Latency clocks. Each rank keeps one clock per tree instance and direction: when the latest slice arrived there
+going up, and going down (the root's children write into the root's down clock, which its down edges read). A
+rank forwards slices in order on each connection, as NCCL does, so the latest arrival is the one the next send
+waits for; latency adds up along each slice's path, up then down, without leaking between the two directions.
+With every clock fixed per rank, the stages of the steady state (every edge busy with a full slice) are one step
+repeated, which the executor times in closed form: a 16,384-GPU all-reduce pays step by step only for the
+pipeline's fill and drain.
+
+Per stage the work is O(edges) with no sort: edges are ordered once (by clock, then by the static guess of which
+sibling arrives last), and identical flows of a stage (channels whose chains share rank pairs) are merged by a
+count over pair ids found once.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .plan import Buffers, Collective, Step, step
+from .reduce_ops import combine
+
+SLICE_BYTES = 128 << 10  # target bytes per slice and tree instance (NCCL pipelines in chunks of this order)
+MAX_SLICES = 128  # caps the stage count (and so the events) for huge buffers
+_MAX_SIZE_CODES = 8  # distinct slice sizes merged by counting; more (uneven tiny buffers) go through a sort
+
+
+def choose_slices(nbytes_per_instance: float) -> int:
+    return int(min(MAX_SLICES, max(1, math.ceil(nbytes_per_instance / SLICE_BYTES))))
+
+
+def depths(parent: np.ndarray) -> np.ndarray:
+    """Depth of every vertex of a forest given by parent indices (-1 for roots)."""
+    d = np.zeros(len(parent), dtype=np.int64)
+    has = parent >= 0
+    for _ in range(len(parent)):
+        nd = np.where(has, d[np.maximum(parent, 0)] + 1, 0)
+        if np.array_equal(nd, d):
+            return d
+        d = nd
+    raise ValueError("parent array has a cycle")
+
+
+def _sibling_index(parent: np.ndarray) -> np.ndarray:
+    """Position of each vertex among its parent's children (0, 1, ...), so same-parent reductions can be ordered."""
+    order = np.lexsort((np.arange(len(parent)), parent))
+    p = parent[order]
+    first = np.r_[True, p[1:] != p[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(p)), 0))
+    sib = np.empty(len(parent), dtype=np.int64)
+    sib[order] = np.arange(len(p)) - start
+    return sib
+
+
+def _lag_estimate(parent: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """A static guess of how late each vertex's partial result is (hops to its deepest leaf, an inter-node hop
+    counting as 10). The executor keeps the LAST of several same-step arrivals at one clock, so siblings feeding
+    one parent are listed by this guess plus their own hop, the likely-latest last."""
+    d = depths(parent)
+    lag = np.zeros(len(parent))
+    for level in range(int(d.max()), 0, -1):
+        v = np.flatnonzero(d == level)
+        hop = np.where(node[v] == node[parent[v]], 1.0, 10.0)
+        np.maximum.at(lag, parent[v], lag[v] + hop)
+    return lag
+
+
+def _merge_sorted(src, dst, nbytes, n: int):
+    """Identical flows (same src, dst, size) as one weighted flow, by sorting (the general case)."""
+    sizes, size_code = np.unique(nbytes, return_inverse=True)
+    key = (size_code.reshape(-1) * n + src) * n + dst
+    uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    pair = uniq % (n * n)
+    return pair // n, pair % n, sizes[uniq // (n * n)], counts.astype(np.float64), inverse.reshape(-1)
+
+
+class _Edges:
+    """Every edge of every tree instance in the directions the collective uses, listed once in chain order:
+    by the clock written, then by the lag guess (see _lag_estimate)."""
+
+    def __init__(self, coll: Collective, parents: list[np.ndarray], up: bool, down: bool):
+        n, m = coll.n, len(parents)
+        node = coll.ranks // (coll.placement.ranks_per_node or 1)
+        child, par, dep, tdep, sib, inst, lag, is_root = [], [], [], [], [], [], [], []
+        for i, parent in enumerate(parents):
+            d = depths(parent)
+            v = np.flatnonzero(parent >= 0)
+            child.append(v)
+            par.append(parent[v])
+            dep.append(d[v])
+            tdep.append(np.full(len(v), d.max()))
+            sib.append(_sibling_index(parent)[v])
+            inst.append(np.full(len(v), i))
+            lag.append(_lag_estimate(parent, node)[v] + np.where(node[v] == node[parent[v]], 1.0, 10.0))
+            is_root.append(parent[parent[v]] < 0)
+        child, par, dep, tdep, sib, inst, lag, is_root = (np.concatenate(x) for x in (child, par, dep, tdep, sib,
+                                                                                       inst, lag, is_root))
+        self.depth = int(tdep.max()) if len(tdep) else 0
+        # Clock rows: down clocks 0..m-1, up clocks m..2m-1 (the first stage, going up, lists the highest rows,
+        # so the executor creates every row at the collective's start).
+        parts = []  # (src, dst, offset, write row, read row, key, is_up)
+        if up:
+            wrow = np.where(is_root, inst, m + inst) if down else m + inst
+            parts.append((child, par, tdep - dep, wrow, m + inst, lag, np.ones(len(child), bool)))
+        if down:
+            parts.append((par, child, (tdep if up else 0) + dep - 1, inst, inst, np.zeros(len(child)),
+                          np.zeros(len(child), bool)))
+        cols = [np.concatenate(c) for c in zip(*parts)]
+        order = np.lexsort((cols[5], cols[3]))
+        self.src, self.dst, self.offset, self.wrow, self.rrow, _, self.is_up = (c[order] for c in cols)
+        self.inst = np.concatenate([inst] * len(parts))[order]
+        self.sib = np.concatenate([sib] * len(parts))[order]
+        pair_keys = self.src * n + self.dst
+        pairs, self.pair = np.unique(pair_keys, return_inverse=True)
+        self.pair = self.pair.reshape(-1)
+        self.pair_src, self.pair_dst = pairs // n, pairs % n
+        self.n = n
+        self.offsets = np.unique(self.offset)
+
+
+def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], count: int, up: bool, down: bool,
+                    rows: np.ndarray | None, label: str):
+    """Run the tree instances `parents` pipelined; instance i owns the i-th of len(parents) equal segments of
+    the `count` elements of `rows` (n, count). up: reduce toward the roots; down: broadcast from the roots.
+
+    With down, every rank ends with what the roots hold, so the data is not copied stage by stage: the plan
+    returns the roots' final values (count elements) for the caller to hand to every rank."""
+    n, m = coll.n, len(parents)
+    seg = -(-count // m)
+    slices = choose_slices(seg * coll.itemsize)
+    per = -(-seg // slices) if seg else 0
+    starts = np.arange(m)[:, None] * seg + np.arange(slices)[None, :] * per
+    ends = np.minimum(np.arange(m)[:, None] * seg + np.minimum((np.arange(slices)[None, :] + 1) * per, seg), count)
+    true_bytes = (np.clip(ends - starts, 0, None) * coll.itemsize).astype(np.float64)  # (instance, slice)
+    work = None
+    if rows is not None and m * seg == count and slices * per == seg:
+        work = rows.reshape(n, m, slices, per)  # no padding needed: reduce in place
+    elif rows is not None:
+        padded = np.zeros((n, m * seg), dtype=rows.dtype)
+        padded[:, :count] = rows
+        work = padded.reshape(n, m, seg)
+        if slices * per != seg:
+            work = np.concatenate([work, np.zeros((n, m, slices * per - seg), dtype=rows.dtype)], axis=2)
+        work = work.reshape(n, m, slices, per)
+    e = _Edges(coll, parents, up, down)
+    stages = (e.depth if up else 0) + (e.depth if down else 0) + slices - 1
+    sizes, size_code = np.unique(true_bytes, return_inverse=True)
+    size_code = size_code.reshape(true_bytes.shape)
+    full_size = true_bytes[0, 0]
+    column_full = (true_bytes == full_size).all(axis=0) & (full_size > 0)  # slice j: full on every instance
+
+    def full(t: int) -> bool:
+        j = t - e.offsets
+        return bool(((j >= 0) & (j < slices)).all() and column_full[j].all())
+
+    def build(t: int, mask: np.ndarray | None, repeat: int = 1) -> tuple[Step, np.ndarray]:
+        """The step of stage t over the edges in mask (None: all, each with a full slice); also the slice of
+        each listed edge."""
+        idx = np.arange(len(e.src)) if mask is None else np.flatnonzero(mask)
+        js = t - e.offset[idx]
+        code = size_code[e.inst[idx], js]
+        nb = sizes[code]
+        src, dst = e.src[idx], e.dst[idx]
+        if len(sizes) <= _MAX_SIZE_CODES:
+            # (size, src, dst) keys in ascending order, as a sort would give, by counting over pair ids.
+            npairs = len(e.pair_src)
+            key = code * npairs + e.pair[idx]
+            counts = np.bincount(key, minlength=len(sizes) * npairs)
+            present = np.flatnonzero(counts)
+            position = np.full(len(counts), -1, dtype=np.int64)
+            position[present] = np.arange(len(present))
+            flow = position[key]
+            fs, fd = e.pair_src[present % npairs], e.pair_dst[present % npairs]
+            fb, w = sizes[present // npairs], counts[present].astype(np.float64)
+        else:
+            fs, fd, fb, w, flow = _merge_sorted(src, dst, nb, n)
+        chains = (e.wrow[idx], src, dst, flow, e.rrow[idx])
+        name = f"{label} stage {t + 1}/{stages}" if repeat == 1 else \
+            f"{label} stages {t + 1}-{t + repeat} of {stages}"
+        st = step(fs, fd, fb, label=name, weight=w, chains=chains, repeat=repeat)
+        upi = idx[e.is_up[idx]]
+        if len(upi):
+            st.local_reduce = (e.dst[upi], sizes[size_code[e.inst[upi], t - e.offset[upi]]])
+        return st, js
+
+    t = 0
+    while t < stages:
+        if full(t):
+            run = 1
+            while t + run < stages and full(t + run):
+                run += 1
+            st, _ = build(t, None, run)
+        else:
+            run = 1
+            j = t - e.offset
+            ok = (j >= 0) & (j < slices)
+            ok[ok] = true_bytes[e.inst[ok], j[ok]] > 0
+            if ok.any():
+                st, _ = build(t, ok)
+            else:
+                st = Step(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), label=f"{label} stage {t + 1}")
+        yield st
+        if work is not None and up:
+            for s in range(t, t + run):
+                _reduce_stage(work, buf, e, s, slices, true_bytes)
+        t += run
+    if work is None:
+        return None
+    if down:
+        roots = np.array([int(np.flatnonzero(parent < 0)[0]) for parent in parents])
+        return work[roots, np.arange(m)].reshape(-1)[:count]
+    if work.base is not rows and work is not rows:
+        rows[:] = work.reshape(n, -1)[:, :count]
+    return None
+
+
+def _reduce_stage(work: np.ndarray, buf: Buffers, e: _Edges, t: int, slices: int, true_bytes: np.ndarray) -> None:
+    """Stage t's reductions on the data: each (up edge, slice) block combined into the parent's, in place,
+    siblings in order (first child first), which is the order the parent receives them in."""
+    j = t - e.offset
+    ok = e.is_up & (j >= 0) & (j < slices)
+    ok[ok] = true_bytes[e.inst[ok], j[ok]] > 0
+    idx = np.flatnonzero(ok)
+    v, p, i, js, s = e.src[idx], e.dst[idx], e.inst[idx], j[idx], e.sib[idx]
+    for k in np.lexsort((v, s)).tolist():
+        block = work[p[k], i[k], js[k]]
+        combine(buf.op, block, work[v[k], i[k], js[k]], out=block)
