@@ -1,12 +1,14 @@
 """The step model: the pipeline laws with free communication, a breakdown that adds up, overlaps that hide
-communication, memory checks, determinism, and the records a trace is drawn from."""
+communication, context parallelism on the right groups, FP8, ZeRO-2's per-micro-batch reduce-scatters, memory
+checks, determinism, and the records a trace is drawn from."""
 import pytest
 
 from simcomm.errors import OutOfMemoryError
 from simcomm.hardware import build_cluster
 from simcomm.parallel import StepModel, TrainingConfig, build_layout, model_preset
 from simcomm.parallel.pipeline_parallel.schedules import FORWARD, makespan, timeline
-from simcomm.parallel.step import optimizer_seconds
+from simcomm.parallel.step import PROGRAMS, optimizer_seconds
+from simcomm.parallel.templates import TemplateRunner
 
 WIDE = model_preset("gpt3-13b", num_layers=24, padded_vocab_size=256)  # the layers dominate every stage
 
@@ -119,3 +121,66 @@ def test_records_carry_stage_microbatch_layer_and_axis():
                                                                            "all_reduce") for a in tp)
     assert any(a.tags.get("axis") == "pp" and a.kind == "p2p" for a in acts)
     assert all(a.end <= res.step_time + 1e-12 for a in acts)
+
+
+SMALL = model_preset("llama3-8b", num_layers=4)
+
+
+def test_context_parallel_rings_run_on_the_cp_groups_and_gradients_over_dp_x_cp():
+    sim, res = step(SMALL, nodes=2, global_batch_size=4, tensor_model_parallel_size=4, context_parallel_size=2,
+                    sequence_parallel=True, use_distributed_optimizer=True, overlap_grad_reduce=True)
+    grid = sim.dims.grid  # [pp, dp, cp, tp]
+    assert (sim.dims.tp, sim.dims.cp, sim.dims.dp) == (4, 2, 2)
+    assert res.breakdown["cp"] >= 0 and res.step_time > 0
+    acts = sim.session.sim.recorder.activities()
+    cp = [a for a in acts if a.tags.get("axis") == "cp"]
+    # every GPU of the replica passes K,V around its ring in forward and backward
+    assert {a.rank for a in cp} == set(grid[0, 0].reshape(-1).tolist())
+    assert {a.tags["phase"] for a in cp} == {"forward", "backward"} and all(a.kind == "p2p" for a in cp)
+    # the layer's ring: each TP rank sends to the same TP rank of the next CP rank
+    runner = TemplateRunner(sim.cluster, sim.cm, grid[0, 0], "bfloat16")
+    runner.run("layer.forward", PROGRAMS["layer.forward"](sim.shape))
+    sends = {(a.rank, a.peer) for a in runner.session.sim.recorder.activities() if a.kind == "p2p"}
+    ring = {(int(grid[0, 0, c, t]), int(grid[0, 0, (c + 1) % 2, t])) for c in range(2) for t in range(4)}
+    assert sends == ring
+    # weight gradients are reduced over dp x cp (Megatron widens the data-parallel group by CP)
+    reduce = {a.rank for a in acts if a.kind == "collective" and a.tags.get("phase") == "grad_reduce"}
+    groups = [set(grid[0, :, :, t].reshape(-1).tolist()) for t in range(4)]
+    touched = [g for g in groups if g & reduce]
+    assert touched and all(g <= reduce for g in touched) and reduce == set().union(*touched)
+
+
+def test_fp8_gemms_are_faster_than_bf16_all_else_equal():
+    kw = dict(model=SMALL, global_batch_size=8, tensor_model_parallel_size=8, sequence_parallel=True)
+    sim16, bf16 = step(**kw)
+    sim8, fp8 = step(**kw, fp8_format="hybrid")
+    assert sim8.cm.gemm(8192, 4096, 4096) < sim16.cm.gemm(8192, 4096, 4096) / 1.5
+    # forward and backward passes speed up, by less than the GEMMs (attention and memory-bound ops stay bf16)
+    for phase in ("forward", "backward"):
+        ratio = bf16.breakdown[phase] / fp8.breakdown[phase]
+        assert 1.05 < ratio < sim16.cm.gemm(8192, 4096, 4096) / sim8.cm.gemm(8192, 4096, 4096), phase
+    assert fp8.step_time < bf16.step_time and fp8.peak_memory > bf16.peak_memory  # FP8 weight copies
+    assert fp8.model_flops == bf16.model_flops
+
+
+def test_overlapping_p2p_hides_pipeline_sends():
+    kw = dict(model=SMALL, nodes=2, global_batch_size=8, tensor_model_parallel_size=4,
+              pipeline_model_parallel_size=4, sequence_parallel=True)
+    _, blocking = step(**kw)
+    _, overlapped = step(**kw, overlap_p2p_comm=True)
+    assert blocking.breakdown["pp"] > 0
+    assert overlapped.breakdown["pp"] < 0.5 * blocking.breakdown["pp"]
+    assert overlapped.step_time < blocking.step_time
+
+
+def test_zero2_reduce_scatters_every_microbatch():
+    kw = dict(model=SMALL, nodes=2, global_batch_size=16, tensor_model_parallel_size=8,
+              use_distributed_optimizer=True, overlap_grad_reduce=True)
+    counts = {}
+    for zero in (1, 2):
+        sim, res = step(**kw, zero_stage=zero)
+        ops = [a for a in sim.session.sim.recorder.activities() if a.kind == "collective" and a.rank == 0
+               and a.tags.get("phase") == "grad_reduce"]
+        assert {a.tags["collective"] for a in ops} == {"reduce_scatter"}
+        counts[zero] = len(ops)
+    assert sim.layout.microbatches == 8 and counts[2] == 8 * counts[1]

@@ -11,7 +11,8 @@ The step: a simpy process per pipeline rank walks the schedule's actions (schedu
 waits for its activation (gradient) from the neighbouring virtual stage, runs its pass on the compute stream
 (Session.compute, tagged), and sends its output over the real network (blocking, as Megatron-LM's p2p is, unless
 overlap_p2p_comm). Gradient buckets start their reduce-scatter (all-reduce without ZeRO) as the last micro-batch's
-backward fills them (overlap_grad_reduce) or after the last backward; parameter all-gathers of the distributed
+backward fills them (overlap_grad_reduce) or after the last backward, ZeRO-2's after every micro-batch's
+backward (it keeps only its shard of the gradients, so they cannot accumulate); parameter all-gathers of the distributed
 optimizer run at the step's start beside the first forwards (overlap_param_gather) or after the optimizer; ZeRO-3
 gathers each layer's parameters before it in every forward and backward and reduce-scatters its gradients.
 Then the tied-embedding all-reduce (first and last stage), a gradient-norm all-reduce over the replica, and the
@@ -223,9 +224,14 @@ class StepModel:
                 p = passes[(r, a.chunk, "F" if a.phase == FORWARD else "B")]
                 tags = {"stage": r, "microbatch": a.microbatch, "chunk": a.chunk,
                         "phase": "forward" if a.phase == FORWARD else "backward"}
-                if a.phase != FORWARD and cfg.stage < 3 and cfg.overlap_grad_reduce and i == last_b[r][a.chunk]:
-                    for k, b in enumerate(bks[(r, a.chunk)]):  # each bucket as soon as its last gradient is ready
-                        grads += dp_op(r, grad_kind, cfg.grad_bytes, b.params, [session.sim.at(env.now + b.ready)],
+                last = i == last_b[r][a.chunk]
+                if a.phase != FORWARD and (cfg.stage < 3 and cfg.overlap_grad_reduce and last or
+                                           cfg.stage == 2 and not last):
+                    # each bucket as soon as its last gradient is ready (after the pass without overlap); ZeRO-2
+                    # keeps only its shard of the gradients, so it reduce-scatters every micro-batch's
+                    for k, b in enumerate(bks[(r, a.chunk)]):
+                        at = env.now + (b.ready if cfg.overlap_grad_reduce else p.duration)
+                        grads += dp_op(r, grad_kind, cfg.grad_bytes, b.params, [session.sim.at(at)],
                                        {"chunk": a.chunk, "bucket": k, "phase": "grad_reduce"})
                 yield from run_pass(r, a, p, tags)
                 nxt = vs + 1 if a.phase == FORWARD else vs - 1
