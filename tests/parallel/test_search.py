@@ -1,4 +1,7 @@
-"""Layout search: every valid layout enumerated, memory checked, bounded below, the best simulated and proven."""
+"""Layout search: every valid layout enumerated, memory checked, bounded below (each bound below the next), the
+best simulated and proven."""
+from types import SimpleNamespace
+
 import pytest
 
 from simcomm.hardware import build_cluster
@@ -55,3 +58,42 @@ def test_parallel_workers_give_the_same_plan(planned):
     pooled = search.plan(model, base, cluster, space, jobs=2, simulate_at_least=4, max_simulate=40)
     assert [(r["layout"], r.get("step_time"), r.get("bound")) for r in pooled.rows] == \
         [(r["layout"], r.get("step_time"), r.get("bound")) for r in res.rows]
+
+
+def test_the_default_space_tries_every_cp_that_splits_the_sequence_and_every_zero_stage():
+    model = model_preset("llama3-8b", num_layers=8, seq_length=24)  # 2 x cp | 24 and tp | 24 / cp
+    cands = search.candidates(model, TrainingConfig(global_batch_size=16), 16, 8, search.SearchSpace())
+    assert search.cp_sizes(model, 16, 1) == [1, 2, 4] and search.cp_sizes(model, 16, 4) == [1, 2]
+    assert search.cp_sizes(model, 16, 8) == [1]  # 24 / 2 = 12 tokens do not split over 8 TP ranks
+    assert {(c.tp, c.cp) for c in cands} == {(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2),
+                                             (8, 1)}
+    assert {c.zero for c in cands} == {0, 1, 2, 3}
+    assert all(c.pp == 1 for c in cands if c.zero == 3)  # ZeRO-3 is not combined with pipeline parallelism
+    assert all(c.zero == 0 for c in cands if 16 // (c.tp * c.pp) == 1)  # nothing to shard over
+
+
+def test_each_bound_is_below_the_next_and_the_step():
+    """compute bound <= schedule bound <= simulated step, for every layout of a small space (cp and ZeRO-3 too)."""
+    cluster = build_cluster("hgx-h100", nodes=2)
+    model = model_preset("llama3-8b", num_layers=4, seq_length=4096)
+    base = TrainingConfig(global_batch_size=8)
+    space = search.SearchSpace(tp=(2, 4), micro_batch_size=(1,), recompute=(None, "full"), max_virtual=2)
+    search._init(cluster, model, base)
+    simulated = set()
+    for c in search.candidates(model, base, 16, 8, space):
+        row = search.screen(c)
+        if "bound" not in row:
+            continue
+        full = search.bound(c)["bound"]
+        assert row["bound_kind"] == "compute" and row["bound"] <= full, c.label
+        kind = (c.schedule, c.zero, c.cp > 1)
+        if kind not in simulated:  # one simulated step of each kind
+            simulated.add(kind)
+            assert full <= search.simulate(c)["step_time"] * (1 + 1e-9), c.label
+    assert {k[0] for k in simulated} == {"1f1b", "gpipe", "interleaved_1f1b"}
+    assert {k[1] for k in simulated} == {0, 1, 2, 3} and {k[2] for k in simulated} == {False, True}
+
+
+def test_a_1f1b_compute_bound_is_the_schedule_makespan_of_uniform_passes():
+    layout = SimpleNamespace(dims=SimpleNamespace(pp=4), chunks=1, microbatches=8)
+    assert search.compute_bound(layout, lambda r, c, ph: 1.0 if ph == "F" else 2.0, 0.5) == (8 + 4 - 1) * 3 + 0.5

@@ -82,7 +82,8 @@ def cmd_plan(args) -> int:
     fits = result.feasible
     summary = {"scenario": loaded.name, "model": model.name, "gpus": cluster.num_ranks, "cluster": cluster.name,
                "global_batch_size": base.global_batch_size, "enumerated": result.enumerated, "valid": len(valid),
-               "fit_in_memory": len(fits), "simulated": result.simulated, "best_is_proven": result.proven}
+               "fit_in_memory": len(fits), "schedule_bounds": result.schedule_bounds, "simulated": result.simulated,
+               "best_is_proven": result.proven}
     if args.plot:
         from ..report.training_plots import plot_plan
         plot_plan(fits, args.plot, f"{loaded.name}: {len(fits)} layouts that fit ({result.simulated} simulated)")
@@ -91,7 +92,8 @@ def cmd_plan(args) -> int:
         return EXIT_OK
     head = (f"plan for {model.name or 'the model'} on {cluster.num_ranks} GPUs ({cluster.name}), global batch "
             f"{base.global_batch_size} x {model.seq_length} tokens: {result.enumerated} layouts tried, "
-            f"{len(valid)} valid, {len(fits)} fit in memory, {result.simulated} simulated in full; "
+            f"{len(valid)} valid, {len(fits)} fit in memory, {result.schedule_bounds} bounded by their schedule, "
+            f"{result.simulated} simulated in full; "
             + ("the best is proven best (every other layout's lower bound is above it)" if result.proven else
                "raise --max-simulate to prove the best"))
     table = []
@@ -102,7 +104,7 @@ def cmd_plan(args) -> int:
                       f"{r['tflops_per_gpu']:.0f}" if simulated else "", f"{r['mfu']:.1%}" if simulated else "",
                       format_size(r["peak_memory"]), f"{r['bubble_share']:.0%}" if simulated else "",
                       f"{r['exposed_comm_share']:.0%}" if simulated else "",
-                      "simulated" if simulated else "lower bound"))
+                      "simulated" if simulated else f"{r['bound_kind']} bound"))
     blocks = [head, (f"best {len(table)} of {len(fits)} layouts that fit: the simulated ones by step time, then the "
                      "others by lower bound",
                      ["#", "layout", "dp", "m", "step (s)", "TFLOP/s/GPU", "MFU", "peak memory", "bubble",
@@ -131,9 +133,10 @@ def add_parser(sub) -> None:
     p.add_argument("--max-simulate", type=int, default=64, help="and at most this many (default 64)")
     p.add_argument("--tp", help="tensor-parallel sizes to try, e.g. 4,8 (default: divisors of a node's GPUs)")
     p.add_argument("--pp", help="pipeline sizes (default: every divisor that fits)")
-    p.add_argument("--cp", help="context-parallel sizes (default 1)")
+    p.add_argument("--cp", help="context-parallel sizes (default: every divisor of the GPUs left that splits the "
+                                "sequence into 2 x cp chunks divisible by tp)")
     p.add_argument("--mbs", help="micro-batch sizes (default 1,2,4)")
-    p.add_argument("--zero", help="ZeRO stages (default 0,1)")
+    p.add_argument("--zero", help="ZeRO stages (default 0,1,2,3; 3 only with pp 1)")
     p.add_argument("--schedules", help="1f1b,interleaved,gpipe (default: all three)")
     p.add_argument("--recompute", help="none,selective,full (default: all three)")
     p.add_argument("--max-virtual", type=int, help="largest v for the interleaved schedule (default 8)")

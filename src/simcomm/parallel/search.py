@@ -1,22 +1,31 @@
 """Layout search: every valid (tp, pp, cp, dp, micro-batch, schedule, virtual stages, ZeRO stage, recomputation)
 for a model, a cluster and a global batch; the memory-feasible ones ranked by predicted step time.
 
-Three passes, all deterministic:
+Passes, all deterministic (the result does not depend on the number of workers):
 1. enumerate: every combination Megatron-LM's rules allow (build_layout accepts it): tp divides the GPUs of a node
-   and the heads, cp splits the sequence, pp divides the layers, dp = GPUs / (tp cp pp) divides the batch with the
-   micro-batch; schedules 1F1B, GPipe and interleaved 1F1B with every v that divides the stage's layers. Sequence
-   parallelism is on whenever tp > 1 (same traffic as all-reduce, less memory); gradient reduction overlaps the
-   backward, and with the distributed optimizer (ZeRO >= 1) parameter gathers overlap the forward.
-2. bound: per layout, peak memory per GPU (model/memory.py) and, for the ones that fit, a lower bound of the step
-   time: the schedule's makespan (schedules.timeline) of the layout's real passes (layer templates timed on the
-   simulated cluster) with free pipeline transfers, plus the optimizer. Communication and contention only add.
-3. simulate: the layouts with the lowest bounds, in order, each a full step on the simulated cluster (StepModel);
-   at least `simulate` of them, and then on while a bound is below the best simulated time (up to `max_simulate`),
-   so the best layout is proven best when the search stops for that reason (`proven` in the result).
+   and the heads; cp (by default) every size that divides the GPUs left and splits the sequence into 2 cp equal
+   chunks (causal load balancing) that sequence parallelism can split again by tp; pp divides the layers;
+   dp = GPUs / (tp cp pp) divides the batch with the micro-batch; schedules 1F1B, GPipe and interleaved 1F1B with
+   every v that divides the stage's layers; ZeRO stages 0-3 (1-3 need dp x cp > 1; 3 only without pipeline
+   parallelism, as DeepSpeed and Megatron-LM). Sequence parallelism is on whenever tp > 1 (same traffic as
+   all-reduce, less memory); gradient reduction overlaps the backward, and with ZeRO 1-2 parameter gathers overlap
+   the forward.
+2. screen, every layout: peak memory per GPU (model/memory.py) and, for the ones that fit, a compute bound of the
+   step time: the schedule's critical path with compute-only passes (the kernels' seconds, no communication),
+   max over ranks r of (the first forward and last backward of ranks < r) + (rank r's own passes), plus the
+   optimizer. Arithmetic only: no simulation.
+3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its schedule bound,
+   the schedule's makespan (schedules.timeline) of its real passes (layer templates timed on the simulated cluster,
+   their TP and CP communication included) with free pipeline transfers, plus the optimizer; a layout with a
+   schedule bound is simulated in full (StepModel). Each bound is below the next (a pass takes at least its
+   kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
+   stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated
+   step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
 Workers (local processes) keep their layer templates and the cluster between layouts.
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -26,8 +35,10 @@ from ..errors import OutOfMemoryError, SimcommError
 from .dims import LayoutError
 from .model.memory import stage_memory
 from .pipeline_parallel.schedules import FORWARD, makespan, timeline
-from .step import StepModel, TemplateCache, optimizer_seconds
+from .passes import build_pass
+from .step import PROGRAMS, StepModel, TemplateCache, optimizer_seconds
 from .step_config import TrainingConfig, build_layout
+from .templates import Template, kernel_seconds
 
 RECOMPUTE_NAMES = {None: "none", "selective": "selective", "full": "full"}
 
@@ -36,12 +47,12 @@ RECOMPUTE_NAMES = {None: "none", "selective": "selective", "full": "full"}
 class SearchSpace:
     """The values each dimension may take (None: every value that can work)."""
 
-    tp: tuple[int, ...] | None = None
-    pp: tuple[int, ...] | None = None
-    cp: tuple[int, ...] | None = (1,)
+    tp: tuple[int, ...] | None = None  # None: the divisors of a node's GPUs
+    pp: tuple[int, ...] | None = None  # None: the divisors of the GPUs left, up to the layers
+    cp: tuple[int, ...] | None = None  # None: the divisors of the GPUs left that split the sequence (see cp_sizes)
     micro_batch_size: tuple[int, ...] = (1, 2, 4)
     schedules: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe")
-    zero: tuple[int, ...] = (0, 1)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str | None, ...] = (None, "selective", "full")
     max_virtual: int = 8
 
@@ -77,11 +88,20 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def cp_sizes(model, world: int, tp: int) -> list[int]:
+    """Context-parallel sizes that can work with `tp`: divisors of world / tp that split the sequence into 2 cp
+    equal chunks (Megatron's causal load balancing), each cp rank's sequence divisible by tp (sequence
+    parallelism, on whenever tp > 1)."""
+    s = model.seq_length
+    return [c for c in _divisors(world // tp) if c == 1 or s % (2 * c) == 0 and (s // c) % tp == 0]
+
+
 def candidates(model, base: TrainingConfig, world: int, ranks_per_node: int, space: SearchSpace) -> list[Candidate]:
     """Every combination of the space's values whose sizes fit together (before Megatron's finer rules)."""
     out = []
     tps = space.tp or [t for t in _divisors(ranks_per_node) if world % t == 0]
-    for tp, cp in itertools.product(tps, space.cp or _divisors(world)):
+    shapes = [(tp, cp) for tp in tps for cp in (space.cp or (cp_sizes(model, world, tp) if world % tp == 0 else []))]
+    for tp, cp in shapes:
         if world % (tp * cp):
             continue
         pps = space.pp or [p for p in _divisors(world // (tp * cp)) if p <= model.num_layers]
@@ -109,7 +129,7 @@ _STATE: dict = {}
 
 
 def _init(cluster, model, base) -> None:
-    _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster))
+    _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={})
 
 
 def _layout(c: Candidate):
@@ -117,8 +137,50 @@ def _layout(c: Candidate):
     return build_layout(model, c.config(base, model.num_layers // c.pp), _STATE["cluster"].num_ranks)
 
 
-def bound(c: Candidate) -> dict:
-    """Memory and a lower bound of the step time for one candidate (a row; `error` when it cannot be built)."""
+def schedule_key(c: Candidate) -> tuple:
+    """What the candidate's schedule depends on besides the global batch (workers get candidates in this order,
+    so consecutive layouts share a schedule)."""
+    return c.schedule, c.pp, c.v, c.tp * c.cp * c.pp / c.mbs  # micro-batches = batch x tp cp pp / (mbs GPUs)
+
+
+def _kernel_templates(sim: StepModel) -> dict[str, Template]:
+    """Each program as a template of its kernels alone: the compute stream's seconds, no communication."""
+    key = (sim.shape, sim.cm.fp8)
+    if key not in _STATE["kernels"]:
+        out = {}
+        for name, program in PROGRAMS.items():
+            steps = program(sim.shape)
+            busy = sum(sum(kernel_seconds(sim.cm, k) for k in st.compute) for st in steps)
+            out[name] = Template(name, busy, busy, {}, sum(k.flops for st in steps for k in st.compute))
+        _STATE["kernels"][key] = out
+    return _STATE["kernels"][key]
+
+
+def _kernel_seconds(sim: StepModel, rank: int, chunk: int, phase: str) -> float:
+    """A pass's kernels' seconds (no communication), by what they depend on: shared by many layouts."""
+    L, cfg = sim.layout, sim.cfg
+    key = (sim.shape, sim.cm.fp8, phase, len(L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
+           L.has_output(rank, chunk), cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers)
+    if key not in _STATE["seconds"]:
+        _STATE["seconds"][key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration
+    return _STATE["seconds"][key]
+
+
+def compute_bound(layout, seconds, optimizer: float) -> float:
+    """The schedule's critical path with passes of `seconds(rank, chunk, 'F' | 'B')`: rank r starts with
+    micro-batch 0's first forward, after ranks < r ran theirs, and ends with a last backward of model chunk 0,
+    which ranks < r then run; between, it runs every one of its passes. Holds for GPipe, 1F1B and interleaved
+    1F1B (a lower bound of their makespan); exact for 1F1B with uniform stages."""
+    pp, v, m = layout.dims.pp, layout.chunks, layout.microbatches
+    edge, out = 0.0, 0.0
+    for r in range(pp):
+        out = max(out, edge + m * sum(seconds(r, c, "F") + seconds(r, c, "B") for c in range(v)))
+        edge += seconds(r, 0, "F") + seconds(r, 0, "B")
+    return out + optimizer
+
+
+def screen(c: Candidate) -> dict:
+    """Memory and, when it fits, the compute bound of one candidate (a row; `error` when it cannot be built)."""
     cluster = _STATE["cluster"]
     row = {"layout": c.label, **c.__dict__, "recompute": RECOMPUTE_NAMES[c.recompute]}
     try:
@@ -134,10 +196,20 @@ def bound(c: Candidate) -> dict:
     if not row["fits"]:
         return row
     sim = StepModel(layout, cluster, templates=_STATE["templates"], check_memory=False)
+    optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
+    bound_ = compute_bound(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph), optimizer)
+    row.update(bound=bound_ * (1 - 1e-9), bound_kind="compute")  # slack: sums in another order than the templates'
+    return row
+
+
+def bound(c: Candidate) -> dict:
+    """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
+    layout = _layout(c)
+    sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
     passes = sim.build_passes()
     times = timeline(layout.schedule, lambda r, a: passes[(r, a.chunk, "F" if a.phase == FORWARD else "B")].duration)
-    row["bound"] = makespan(times) + max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    return row
+    optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
+    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
 
 
 def simulate(c: Candidate) -> dict:
@@ -161,6 +233,7 @@ class PlanResult:
     simulated: int
     proven: bool  # no unsimulated layout's lower bound is below the best simulated step time
     notes: list[str] = field(default_factory=list)
+    schedule_bounds: int = 0  # layouts whose schedule bound was computed (the others that fit: a compute bound)
 
     @property
     def feasible(self) -> list[dict]:
@@ -174,14 +247,17 @@ def _map(pool, fn, items, progress, done, total):
             results.append(fn(x))
             done[0] += 1
             if progress:
-                progress(done[0], total)
+                progress(done[0], total[0])
         return results
     for r in pool.map(fn, items, chunksize=max(1, len(items) // (8 * pool._max_workers) or 1)):
         results.append(r)
         done[0] += 1
-        if progress and (done[0] % 8 == 0 or done[0] == total):
-            progress(done[0], total)
+        if progress and (done[0] % 8 == 0 or done[0] == total[0]):
+            progress(done[0], total[0])
     return results
+
+
+BOUND_BATCH, SIMULATE_BATCH = 16, 4  # fixed, so the plan does not depend on the number of workers
 
 
 def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(), jobs: int | None = None,
@@ -192,21 +268,44 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
         raise SimcommError("no layout to try: the search space allows no (tp, cp, pp, dp) that divides "
                            f"{cluster.num_ranks} GPUs and the global batch {base.global_batch_size}")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(cands)))
-    done, total = [0], len(cands) + simulate_at_least
+    done, total = [0], [len(cands) + simulate_at_least]
     pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(cluster, model, base)) if jobs > 1 else None
     if pool is None:
         _init(cluster, model, base)
+
+    def run(fn, idx):
+        total[0] = max(total[0], done[0] + len(idx))
+        return zip(idx, _map(pool, fn, [cands[i] for i in idx], progress, done, total))
+
     try:
-        rows = _map(pool, bound, cands, progress, done, total)
-        order = sorted((i for i, r in enumerate(rows) if "bound" in r), key=lambda i: (rows[i]["bound"], i))
-        simulated, best = 0, float("inf")
-        while simulated < len(order) and simulated < max_simulate:
-            want = simulate_at_least if simulated == 0 else jobs
-            batch = [i for i in order[simulated:simulated + want]]
-            if simulated >= simulate_at_least and rows[batch[0]]["bound"] >= best:
+        rows = [None] * len(cands)
+        for i, row in run(screen, sorted(range(len(cands)), key=lambda i: (schedule_key(cands[i]), i))):
+            rows[i] = row
+        # best first over the lower bounds: (bound, index); a compute bound is refined, a schedule bound simulated
+        heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
+        heapq.heapify(heap)
+        simulated = refined = 0
+        best = float("inf")
+        while heap and simulated < max_simulate:
+            if simulated >= simulate_at_least and heap[0][0] >= best:
                 break
-            total = max(total, done[0] + len(batch))
-            for i, res in zip(batch, _map(pool, simulate, [cands[i] for i in batch], progress, done, total)):
+            want = SIMULATE_BATCH if simulated >= simulate_at_least else simulate_at_least - simulated
+            want = min(want, max_simulate - simulated)
+            # the lowest bounds: refine the compute bounds among them until the lowest `want` are schedule bounds
+            top = [t for t in heapq.nsmallest(want, heap) if simulated < simulate_at_least or t[0] < best]
+            if any(rows[i]["bound_kind"] == "compute" for _b, i in top):
+                batch = [i for _b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap)
+                         if rows[i]["bound_kind"] == "compute"]
+                drop = set(batch)
+                heap = [(b, i) for b, i in heap if i not in drop]
+                for i, res in run(bound, batch):
+                    rows[i].update(res)
+                    heap.append((res["bound"], i))
+                heapq.heapify(heap)
+                refined += len(batch)
+                continue
+            batch = [heapq.heappop(heap)[1] for _ in top]
+            for i, res in run(simulate, batch):
                 rows[i].update(res)
                 if "step_time" in res:
                     best = min(best, res["step_time"])
@@ -214,8 +313,7 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
     finally:
         if pool is not None:
             pool.shutdown()
-    rest = order[simulated:]
-    proven = not rest or rows[rest[0]]["bound"] >= best
+    proven = not heap or heap[0][0] >= best
 
     def key(r):
         if "step_time" in r:
@@ -224,4 +322,4 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
             return (1, r["bound"])
         return (2, r.get("peak_memory", float("inf"))) if "error" not in r else (3, 0.0)
     rows.sort(key=key)
-    return PlanResult(rows, len(cands), simulated, proven)
+    return PlanResult(rows, len(cands), simulated, proven, schedule_bounds=refined)

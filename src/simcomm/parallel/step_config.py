@@ -10,6 +10,7 @@ stage's layer counts. Everything that cannot be built raises a LayoutError namin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..errors import SimcommError
 from .dims import LayoutError, ParallelDims
@@ -195,13 +196,19 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     if c.recompute_granularity == "full" and c.recompute_method == "block" and not c.recompute_num_layers:
         raise LayoutError("recompute_method block needs recompute_num_layers")
     try:
-        if name == "interleaved_1f1b":
-            sched = interleaved_1f1b(pp, m, chunks, c.microbatch_group_size_per_vp_stage)
-        else:
-            sched = make_schedule(name, pp, m, 1)
+        sched = _schedule(name, pp, m, chunks, c.microbatch_group_size_per_vp_stage)
     except SimcommError as exc:
         raise LayoutError(str(exc)) from None
     return Layout(c, model, dims, m, chunks, name, layers, sched)
+
+
+@lru_cache(maxsize=32)
+def _schedule(name: str, pp: int, m: int, chunks: int, group_size: int | None):
+    """The schedule's actions per rank; shared by the layouts that have the same one (a layout search builds
+    thousands whose ZeRO stage or recomputation differ), so read-only."""
+    if name == "interleaved_1f1b":
+        return interleaved_1f1b(pp, m, chunks, group_size)
+    return make_schedule(name, pp, m, 1)
 
 
 def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int):

@@ -135,14 +135,15 @@ def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> floa
     cfg, c = layout.config, layout.model
     layers = layout.layers_of(rank, chunk)
     full = layer_activation_bytes(shape, cfg.recompute_granularity if cfg.recompute_granularity != "full" else None)
+    kept = layer_activation_bytes(shape, "full") if cfg.recompute_granularity == "full" else 0.0
     total = 0.0
     for i, _layer in enumerate(layers):
         if cfg.recompute_granularity == "full":
             n = cfg.recompute_num_layers or 1
             if cfg.recompute_method == "block":
-                total += layer_activation_bytes(shape, "full") if i < n else full
+                total += kept if i < n else full
             else:
-                total += layer_activation_bytes(shape, "full") / n
+                total += kept / n
         else:
             total += full
     e, h = shape.elem, c.hidden_size
@@ -168,6 +169,30 @@ def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
     return out
 
 
+_IN_FLIGHT: dict = {}
+
+
+def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
+    """Walking the rank's schedule: the micro-batches in flight per model chunk wherever a forward is followed by a
+    backward or ends the schedule (where the activations peak), each distinct count once, in order of first
+    occurrence. Cached per schedule: a layout search asks for thousands of layouts that share one."""
+    key = (layout.schedule_name, layout.dims.pp, layout.microbatches, layout.chunks,
+           layout.config.microbatch_group_size_per_vp_stage, rank)
+    if key not in _IN_FLIGHT:
+        if len(_IN_FLIGHT) >= 4096:
+            _IN_FLIGHT.clear()
+        acts, counts, seen = layout.schedule[rank], [0] * layout.chunks, {}
+        for i, a in enumerate(acts):
+            if a.phase == FORWARD:
+                counts[a.chunk] += 1
+                if i + 1 == len(acts) or acts[i + 1].phase != FORWARD:
+                    seen.setdefault(tuple(counts), None)
+            else:
+                counts[a.chunk] -= 1
+        _IN_FLIGHT[key] = tuple(seen)
+    return _IN_FLIGHT[key]
+
+
 def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> StageMemory:
     """Peak memory of one GPU of pipeline rank `rank` under the layout's schedule."""
     cfg, dims = layout.config, layout.dims
@@ -180,16 +205,11 @@ def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> Stage
     if fp8:
         cats["weights"] += 2 * n  # FP8 copies of the weights and their transposes (Transformer Engine)
     per_chunk = [_chunk_activations(layout, shape, rank, ch) for ch in range(layout.chunks)]
-    live, peak, peak_count, count = 0.0, 0.0, 0, 0
-    for a in layout.schedule[rank]:
-        if a.phase == FORWARD:
-            live += per_chunk[a.chunk]
-            count += 1
-            if live > peak:
-                peak, peak_count = live, count
-        else:
-            live -= per_chunk[a.chunk]
-            count -= 1
+    peak, peak_count = 0.0, 0
+    for counts in in_flight(layout, rank):  # the first of the largest
+        live = sum(n * x for n, x in zip(counts, per_chunk))
+        if live > peak:
+            peak, peak_count = live, sum(counts)
     cats["activations"] = peak
     transient = _transient(layout, shape, rank)
     cats["transient"] = float(sum(transient.values()))
