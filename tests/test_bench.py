@@ -34,3 +34,16 @@ def test_step_cases_are_the_scenarios_they_name():
         spec = loaded.scenario.workload
         assert (loaded.scenario.cluster.preset, loaded.scenario.cluster.nodes, spec.model) == (preset, nodes, model)
         assert config_of(spec) == TrainingConfig(**settings), case
+
+
+def test_step_and_plan_cases_report_the_issue_targets(monkeypatch, capsys):
+    """The targets are stated and judged on the row (stub cases: the judgement, not the speed, is under test)."""
+    monkeypatch.setitem(bench.CASES, "step-gpt3-175b-1024", lambda: {"sim_seconds": 1.0})
+    monkeypatch.setitem(bench.CASES, "plan-llama3-70b-1024", lambda: {"sim_seconds": 1.0, "layouts": 499})
+    rows = {r["case"]: r for r in bench.run(["step-gpt3-175b-1024", "plan-llama3-70b-1024", "ring-8"])}
+    assert rows["step-gpt3-175b-1024"]["target"] == "< 2 s wall" and rows["step-gpt3-175b-1024"]["target_met"]
+    plan = rows["plan-llama3-70b-1024"]
+    assert plan["target"].startswith(">= 500 layouts") and plan["target_met"] is False  # 499 layouts
+    assert "target" not in rows["ring-8"]
+    assert bench.main(["plan-llama3-70b-1024"]) == 0
+    assert ">= 500 layouts, < 60 s wall on 2 cores: NOT MET" in capsys.readouterr().out
