@@ -24,9 +24,11 @@ def _shade(color: str, chunk: int, chunks: int) -> str:
     return "#" + "".join(f"{int(c + (255 - c) * f):02x}" for c in (r, g, b))
 
 
-def plot_schedule(activities, path, title: str = "", max_stages: int = 32) -> Path:
+def plot_schedule(activities, path, title: str = "", max_stages: int = 32, max_passes: int = 64) -> Path:
     """One row per pipeline stage (its first GPU): forward and backward passes as boxes labelled with their
-    micro-batch, model chunks shaded, the optimizer at the end; white is idle."""
+    micro-batch, model chunks shaded, the optimizer at the end; white is idle. When the first stage runs more than
+    `max_passes` passes, only the time up to the end of its max_passes-th is drawn (thousands of passes would be
+    a blur of one-pixel boxes), and the title and the PNG's Description say which part is shown."""
     plt = _pyplot()
     passes: dict[int, list] = {}
     first_gpu: dict[int, int] = {}
@@ -41,14 +43,18 @@ def plot_schedule(activities, path, title: str = "", max_stages: int = 32) -> Pa
     chunks = 1 + max((a.tags.get("chunk", 0) for s in stages for a in passes[s]), default=0)
     fig, ax = plt.subplots(figsize=(12, 0.9 + 0.42 * max(len(stages), 1)), dpi=110)
     span = max((a.end for s in stages for a in passes[s]), default=1.0)
+    window, note = _window([a for a in passes[stages[0]] if a.tags["phase"] != "optimizer"] if stages else [],
+                           span, max_passes)
     for row, stage in enumerate(stages):
         bars: dict[str, list] = {}  # one broken_barh per colour: thousands of passes draw in one call each
         for a in passes[stage]:
-            phase = a.tags["phase"]
+            if a.start >= window:
+                continue
+            phase, end = a.tags["phase"], min(a.end, window)
             bars.setdefault(_shade(PHASE_COLORS[phase], a.tags.get("chunk", 0), chunks), []).append(
-                (a.start, a.end - a.start))
-            if phase != "optimizer" and (a.end - a.start) / span > 0.012:
-                ax.text((a.start + a.end) / 2, row + 0.5, str(a.tags.get("microbatch", "")), ha="center",
+                (a.start, end - a.start))
+            if phase != "optimizer" and (end - a.start) / window > 0.012:
+                ax.text((a.start + end) / 2, row + 0.5, str(a.tags.get("microbatch", "")), ha="center",
                         va="center", fontsize=6, color="white")
         for color, spans in bars.items():
             ax.broken_barh(spans, (row + 0.08, 0.84), facecolors=color, edgecolor="white",
@@ -56,14 +62,29 @@ def plot_schedule(activities, path, title: str = "", max_stages: int = 32) -> Pa
     ax.set_yticks([i + 0.5 for i in range(len(stages))])
     ax.set_yticklabels([f"stage {s} (GPU {first_gpu[s]})" for s in stages], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlim(0, span * 1.005)
+    ax.set_xlim(0, window * 1.005)
     ax.set_xlabel("time (s)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLORS.values()]
     ax.legend(handles, ["forward", "backward", "optimizer"], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     more = f" (first {max_stages} stages)" if len(passes) > max_stages else ""
     ax.set_title((title or "pipeline schedule") + more + "; numbers are micro-batches" +
-                 ("; lighter = later model chunk" if chunks > 1 else ""), fontsize=9)
-    return _save(fig, plt, path)
+                 ("; lighter = later model chunk" if chunks > 1 else "") + (f"\n{note}" if note else ""), fontsize=9)
+    return _save(fig, plt, path, {"Description": note or "the whole step"})
+
+
+def _window(first_stage: list, span: float, max_passes: int) -> tuple[float, str]:
+    """(end of the drawn time, a note saying what is left out): the whole step, or up to the end of the first
+    stage's max_passes-th pass."""
+    ends: dict[tuple, float] = {}  # a pass waiting for its parameters is recorded in pieces
+    for a in first_stage:
+        key = (a.tags.get("microbatch"), a.tags.get("chunk", 0), a.tags["phase"])
+        ends[key] = max(ends.get(key, 0.0), a.end)
+    if len(ends) <= max_passes:
+        return span, ""
+    end = sorted(ends.values())[max_passes - 1]
+    return end, (f"showing the first {end:.3g} s of the {span:.3g} s step: the first {max_passes} of the "
+                 f"{len(ends)} passes of the first stage (the rest repeats the steady state; the trace has every "
+                 "pass)")
 
 
 def plot_breakdown(step: dict, path, title: str = "") -> Path:
