@@ -1,12 +1,14 @@
 """How the step model's cost grows with GPUs, layers, micro-batches and pipeline stages (docs/training.md).
 
-    python examples/training/step_cost_growth.py
+    python examples/training/step_cost_growth.py           # docs/training.md's sweep (about a minute)
+    python examples/training/step_cost_growth.py --quick   # a reduced sweep on 32-64 GPUs (seconds)
 
 A Llama-3-70B-like step (tp 8 with SP, distributed optimizer, overlapped DP); each line: what was varied, the wall
 seconds of one simulated step (building the cluster included), engine events and collectives run or replayed.
 Wall times depend on the machine's load: compare lines of one run.
 """
 import json
+import sys
 import time
 
 from simcomm.hardware import build_cluster
@@ -27,12 +29,23 @@ def one(nodes, layers=80, m=32, pp=4):
             "events": sim.session.stats()["events"], "step_time": res.step_time, **res.traffic}
 
 
+# what each sweep varies, and the fixed point (nodes, layers, micro-batches, stages) it varies it around
+SWEEPS = {
+    "full": ({"gpus": (8, 32, 128, 512, 2048), "layers": (20, 40, 80, 160), "microbatches": (8, 16, 32, 64, 128),
+              "stages": (2, 4, 8, 16)}, dict(nodes=128, layers=80, m=32, pp=4)),
+    "quick": ({"gpus": (4, 8), "layers": (8, 16), "microbatches": (4, 8), "stages": (2, 4)},
+              dict(nodes=4, layers=8, m=4, pp=4)),
+}
+ARG = {"gpus": "nodes", "layers": "layers", "microbatches": "m", "stages": "pp"}
+
+
+def main(argv) -> int:
+    values, base = SWEEPS["quick" if "--quick" in argv else "full"]
+    for what, xs in values.items():
+        for x in xs:
+            print(what, json.dumps(one(**{**base, ARG[what]: x})), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    for nodes in (8, 32, 128, 512, 2048):
-        print("gpus", json.dumps(one(nodes)), flush=True)
-    for layers in (20, 40, 80, 160):
-        print("layers", json.dumps(one(128, layers=layers)), flush=True)
-    for m in (8, 16, 32, 64, 128):
-        print("microbatches", json.dumps(one(128, m=m)), flush=True)
-    for pp in (2, 4, 8, 16):
-        print("stages", json.dumps(one(128, pp=pp)), flush=True)
+    sys.exit(main(sys.argv[1:]))

@@ -1,8 +1,9 @@
 """The step model's predictions beside published end-to-end training figures (docs/training.md's table).
 
-    python examples/training/step_vs_published.py            # every row (the 3,072-GPU one takes a minute)
+    python examples/training/step_vs_published.py            # every row (about a minute on a loaded 2-core box)
     python examples/training/step_vs_published.py k22 n1.7   # some rows, by key
     python examples/training/step_vs_published.py --json     # one JSON object per row
+    python examples/training/step_vs_published.py --markdown # docs/training.md's table rows and mean line
 
 Each row is the source's model and layout on the matching simulated cluster; the metric is the source's (its
 FLOPs formula and peak). Settings a source does not give are assumptions, listed in docs/training.md.
@@ -51,26 +52,26 @@ ROWS = [
      dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=35, global_batch_size=2520)),
     ("n1t", "Narayanan 2021 Table 1", "tflops_eq3", 163, "dgx-a100", 3072, gpt(25600, 160, 128, "1008B"),
      dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=64, global_batch_size=3072)),
-    ("g175", "Narayanan 2021 sec. 5.1 (GPT-3, 34 days)", "tflops_eq3", 140, "dgx-a100", 1024,
+    ("g175", "Narayanan 2021 section 5.1", "tflops_eq3", 140, "dgx-a100", 1024,
      model_preset("gpt3-175b"), dict(NARAYANAN, tensor_model_parallel_size=8, pipeline_model_parallel_size=8,
                                      num_layers_per_virtual_pipeline_stage=6, global_batch_size=1536)),
-    ("k22", "Korthikanti 2022 (MFU)", "mfu", 41.5, "dgx-a100", 8, gpt(6144, 64, 48, "22B"),
+    ("k22", "Korthikanti 2022", "mfu", 41.5, "dgx-a100", 8, gpt(6144, 64, 48, "22B"),
      dict(KORTHIKANTI, tensor_model_parallel_size=8, pipeline_model_parallel_size=1, global_batch_size=4)),
-    ("k175", "Korthikanti 2022 (MFU)", "mfu", 51.4, "dgx-a100", 64, model_preset("gpt3-175b"),
+    ("k175", "Korthikanti 2022", "mfu", 51.4, "dgx-a100", 64, model_preset("gpt3-175b"),
      dict(KORTHIKANTI, tensor_model_parallel_size=8, pipeline_model_parallel_size=8, global_batch_size=64)),
-    ("k530", "Korthikanti 2022 (MFU)", "mfu", 56.0, "dgx-a100", 280, gpt(20480, 128, 105, "530B"),
+    ("k530", "Korthikanti 2022", "mfu", 56.0, "dgx-a100", 280, gpt(20480, 128, 105, "530B"),
      dict(KORTHIKANTI, tensor_model_parallel_size=8, pipeline_model_parallel_size=35, global_batch_size=280)),
-    ("k1t", "Korthikanti 2022 (MFU)", "mfu", 56.3, "dgx-a100", 512, gpt(25600, 160, 128, "1T"),
+    ("k1t", "Korthikanti 2022", "mfu", 56.3, "dgx-a100", 512, gpt(25600, 160, 128, "1T"),
      dict(KORTHIKANTI, tensor_model_parallel_size=8, pipeline_model_parallel_size=64, global_batch_size=512)),
     ("l8k", "Llama 3 Table 4", "tflops", 430, "hgx-h100", 8192, model_preset("llama3-405b"),
      dict(LLAMA, tensor_model_parallel_size=8, pipeline_model_parallel_size=16, global_batch_size=2048)),
     ("l16k", "Llama 3 Table 4", "tflops", 400, "hgx-h100", 16384, model_preset("llama3-405b"),
      dict(LLAMA, tensor_model_parallel_size=8, pipeline_model_parallel_size=16, global_batch_size=2048)),
-    ("l16kcp", "Llama 3 Table 4 (131k context)", "tflops", 380, "hgx-h100", 16384,
+    ("l16kcp", "Llama 3 Table 4", "tflops", 380, "hgx-h100", 16384,
      model_preset("llama3-405b", seq_length=131072),
      dict(LLAMA, tensor_model_parallel_size=8, pipeline_model_parallel_size=16, context_parallel_size=16,
           global_batch_size=128)),
-    ("ms12k", "MegaScale 2024 (175B, 12,288 GPUs)", "mfu", 55.2, "dgx-a100", 12288, model_preset("gpt3-175b"),
+    ("ms12k", "MegaScale 2024", "mfu", 55.2, "dgx-a100", 12288, model_preset("gpt3-175b"),
      dict(tensor_model_parallel_size=8, pipeline_model_parallel_size=8, num_layers_per_virtual_pipeline_stage=6,
           sequence_parallel=True, micro_batch_size=1, global_batch_size=6144, use_distributed_optimizer=True,
           overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=True, overlap_p2p_comm=True,
@@ -96,31 +97,63 @@ def run(row):
     if metric == "tflops":  # the Llama rows also with Megatron's causal halving of core attention
         out["tflops_causal"] = (megatron_flops_per_token(model, causal=True) * res.tokens / res.step_time /
                                 res.world / 1e12)
+    out["markdown"] = markdown_row(out, layout, preset)
     return out
 
 
+GPU = {"dgx-a100": "A100", "hgx-h100": "H100"}
+METRIC = {"tflops_eq3": "TFLOP/s/GPU (eq. 3)", "tflops": "TFLOP/s/GPU", "mfu": "MFU"}
+HEADER = ("| source | model, GPUs | layout | metric | published | predicted | error |\n"
+          "| --- | --- | --- | --- | --- | --- | --- |")
+
+
+def markdown_row(r, layout, preset) -> str:
+    """The row of docs/training.md's table (tests/parallel/test_step_examples.py compares them)."""
+    c, d, model = layout.config, layout.dims, layout.model
+    seq = f" (seq {model.seq_length:,})" if model.seq_length != 2048 else ""
+    shape = f"t{d.tp}" + (f" c{d.cp}" if d.cp > 1 else "") + f" p{d.pp} d{d.dp}" + \
+        (f" v{layout.chunks}" if layout.chunks > 1 else "") + (", SP" if c.sp else "") + \
+        (f", {c.recompute_granularity} recompute" if c.recompute_granularity else "") + \
+        (f" ({c.recompute_num_layers} layer per chunk)" if c.recompute_method == "block" else "") + \
+        f", B {c.global_batch_size}"
+    unit = "%" if r["metric"] == "mfu" else ""
+    return (f"| {r['source']} | {model.name}{seq}, {r['gpus']:,} {GPU[preset]} | {shape} | {METRIC[r['metric']]} | "
+            f"{r['published']:{'.1f' if unit else 'g'}}{unit} | {r['predicted']:.1f}{unit} | {r['error']:+.1%} |")
+
+
 def main(argv) -> int:
-    as_json = "--json" in argv
-    want = [a for a in argv if a != "--json"]
+    as_json, as_markdown = "--json" in argv, "--markdown" in argv
+    want = [a for a in argv if a not in ("--json", "--markdown")]
     unknown = set(want) - {r[0] for r in ROWS}
     if unknown:
         print(f"unknown row(s) {', '.join(sorted(unknown))}; rows: {', '.join(r[0] for r in ROWS)}", file=sys.stderr)
         return 2
-    errors = []
+    if as_markdown:
+        print(HEADER, flush=True)
+    done = []
     for row in ROWS:
         if want and row[0] not in want:
             continue
         r = run(row)
-        errors.append(abs(r["error"]))
+        done.append(r)
         if as_json:
             print(json.dumps(r), flush=True)
-            continue
-        unit = "%" if r["metric"] == "mfu" else " TFLOP/s"
-        print(f"{r['key']:<7} {r['source']:<38} {r['model']:<10} {r['gpus']:>6} GPUs  {r['metric']:<10} "
-              f"published {r['published']:g}{unit}  predicted {r['predicted']:.1f}{unit}  error {r['error']:+.1%}"
-              + ("" if r["fits"] else f"  (needs {r['peak_memory_gib']:.0f} GiB per GPU)"), flush=True)
+        elif as_markdown:
+            print(r["markdown"], flush=True)
+        else:
+            unit = "%" if r["metric"] == "mfu" else " TFLOP/s"
+            print(f"{r['key']:<7} {r['source']:<28} {r['model']:<11} {r['gpus']:>6} GPUs  {r['metric']:<10} "
+                  f"published {r['published']:g}{unit}  predicted {r['predicted']:.1f}{unit}  error "
+                  f"{r['error']:+.1%}" + ("" if r["fits"] else f"  (needs {r['peak_memory_gib']:.0f} GiB per GPU)"),
+                  flush=True)
     if not as_json:
-        print(f"mean |error| {sum(errors) / len(errors):.1%} over {len(errors)} row(s)")
+        errors = [r["error"] for r in done]
+        high, low = max(done, key=lambda r: r["error"]), min(done, key=lambda r: r["error"])
+        print(f"\nMean |error| over the {len(done)} rows: {sum(map(abs, errors)) / len(errors):.1%}; worst "
+              f"{high['error']:+.1%} ({high['key']}), {low['error']:+.1%} ({low['key']}).")
+        causal = [f"{r['key']} {r['tflops_causal']:.0f}" for r in done if "tflops_causal" in r]
+        if causal:
+            print(f"TFLOP/s per GPU with Megatron's causal halving of core attention: {', '.join(causal)}.")
     return 0
 
 
