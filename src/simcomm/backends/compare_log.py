@@ -42,6 +42,16 @@ def gm_abs_error(points) -> float:
     return math.exp(sum(logs) / len(logs)) - 1 if logs else math.nan
 
 
+def band_errors(points) -> list[tuple[str, float, int]]:
+    """(band, geometric-mean |error|, number of sizes) for each size band with points."""
+    out = []
+    for name, lo, hi in BANDS:
+        pts = [p for p in points if lo <= p.size < hi]
+        if pts:
+            out.append((name, gm_abs_error(pts), len(pts)))
+    return out
+
+
 @dataclass
 class Comparison:
     collective: str
@@ -54,12 +64,7 @@ class Comparison:
 
     def bands(self) -> list[tuple[str, float, int]]:
         """(band, geometric-mean |error|, number of sizes) for each band with sizes."""
-        out = []
-        for name, lo, hi in BANDS:
-            pts = [p for p in self.points if lo <= p.size < hi]
-            if pts:
-                out.append((name, gm_abs_error(pts), len(pts)))
-        return out
+        return band_errors(self.points)
 
     def busbw(self, seconds: float, size: int) -> float:
         return size / seconds * busbw_factor(self.collective, self.ranks) / 1e9 if seconds > 0 else 0.0
@@ -135,6 +140,11 @@ def render(cmp: Comparison) -> str:
         lines.append(f"{format_size(p.size):>12} {p.measured * 1e6:12.2f} {p.predicted * 1e6:13.2f} "
                      f"{p.error * 100:+7.1f}% {cmp.busbw(p.measured, p.size):11.2f} "
                      f"{cmp.busbw(p.predicted, p.size):11.2f}  {p.algorithm}/{p.protocol}")
-    bands = ", ".join(f"{name} {err * 100:.1f}% ({k} size{'s' if k > 1 else ''})" for name, err, k in cmp.bands())
-    lines.append(f"geometric-mean |error|: {bands}")
+    lines.append(f"geometric-mean |error|: {bands_text(cmp.bands())}")
     return "\n".join(lines)
+
+
+def bands_text(bands) -> str:
+    """'1-64 MiB 12.3% (6 sizes), ...' for band_errors' rows."""
+    return ", ".join(f"{name} {err * 100:.1f}% ({k} size{'s' if k > 1 else ''})" for name, err, k in bands) \
+        or "no sizes"

@@ -10,10 +10,32 @@ from ..errors import SimcommError
 EXIT_OK = 0
 
 
+def _systems(args) -> int:
+    from ..backends.compare_systems import compare_systems, render_system
+    if args.logs or args.cluster:
+        raise SimcommError("--systems compares each system on its own preset and logs: pass no LOG or --cluster")
+    results = compare_systems(args.systems, args.system)
+    if args.json:
+        def bands(rows):
+            return [{"band": b, "gm_abs_error": e, "sizes": k} for b, e, k in rows]
+        sys.stdout.write(json.dumps([{"system": r.name, "preset": r.preset, "nodes": r.nodes,
+                                      "bands": bands(r.bands()), "known_gap_bands": bands(r.bands(gaps=True)),
+                                      "sweeps": [{"collective": c.collective, "ranks": c.ranks, "nodes": c.nodes,
+                                                  "source": c.source, "bands": bands(c.bands())}
+                                                 for c in r.sweeps]} for r in results], indent=2) + "\n")
+    else:
+        sys.stdout.write("\n".join(render_system(r) for r in results) + "\n")
+    return EXIT_OK
+
+
 def cmd_compare(args) -> int:
-    from ..backends.compare_log import compare_table, render
+    from ..backends.compare_log import band_errors, bands_text, compare_table, render
     from ..backends.nccl_log import read_log
     from ..vocab import canonical_kind
+    if args.systems:
+        return _systems(args)
+    if not args.logs or not args.cluster:
+        raise SimcommError("compare needs LOG... and --cluster PRESET (or --systems FILE)")
     collective = canonical_kind(args.collective) if args.collective else None
     comparisons = []
     for log in args.logs:
@@ -36,6 +58,10 @@ def cmd_compare(args) -> int:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
         sys.stdout.write("\n\n".join(render(c) for c in comparisons) + "\n")
+        if len(comparisons) > 1:
+            pooled = band_errors([p for c in comparisons for p in c.points])
+            sys.stdout.write(f"\npooled over {len(comparisons)} tables: geometric-mean |error|: "
+                             f"{bands_text(pooled)}\n")
     if args.plot is not None:
         from ..backends.compare_plot import plot_comparisons
         path = args.plot or f"{Path(args.logs[0]).stem}-compare.png"
@@ -49,9 +75,15 @@ def add_parser(sub) -> None:
                        description="Reads nccl-tests output (text in any of its forms, or -J JSON), simulates the "
                                    "same collective, sizes, dtype and ranks on --cluster, and prints per size the "
                                    "measured and predicted times, the signed error and busbw, plus the "
-                                   "geometric-mean absolute error per size band.")
-    c.add_argument("logs", nargs="+", metavar="LOG", help="nccl-tests output files")
-    c.add_argument("--cluster", required=True, help="preset (see simcomm presets) or a calibrated profile file")
+                                   "geometric-mean absolute error per size band (pooled over the tables too, "
+                                   "when there are several). With --systems, the measured systems of a systems "
+                                   "file, each on its own preset.")
+    c.add_argument("logs", nargs="*", metavar="LOG", help="nccl-tests output files")
+    c.add_argument("--cluster", help="preset (see simcomm presets) or a calibrated profile file (required with LOG)")
+    c.add_argument("--systems", metavar="FILE",
+                   help="compare every measured system of a systems file (e.g. calibration/systems.yaml) on its "
+                        "preset, with the geometric-mean |error| pooled per system")
+    c.add_argument("--system", action="append", metavar="NAME", help="with --systems: only this system (repeatable)")
     c.add_argument("--nodes", type=int, default=None, help="nodes the run used (default: as few as hold the ranks)")
     c.add_argument("--ranks", type=int, default=None, help="ranks, when the log does not say (default: from the "
                                                             "device lines or busbw/algbw)")
