@@ -1,11 +1,14 @@
-"""Calibration from nccl-tests logs: fit a preset's launch overhead and bandwidth efficiencies (per algorithm
-family the logs exercise) to measured sweeps; every other size is held back."""
+"""Calibration from nccl-tests logs: fit a preset's launch and per-step overheads and bandwidth efficiencies (per
+algorithm family the logs exercise), and for logs that span nodes the NICs' latency, to measured sweeps, starting
+from the preset's own figures; every other size is held back. The network latency is a figure of one system's
+fabric (EFA and InfiniBand differ severalfold), so it belongs in a profile, not in the preset
+(docs/validation.md)."""
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
 
-from ...hardware import Tuning, write_profile
+from ...hardware import Tuning, build_cluster, write_profile
 from ..compare_log import cluster_for, log_dtype, sweep_identity
 from ..nccl_log import Table
 from .fit import Free, Observation, Space, fit, predict
@@ -59,17 +62,23 @@ def calibrate_logs(obs: list[Observation], preset: str, out: str | None = None, 
         sweep.sort(key=lambda o: o.size)
         train += sweep[0::2]
         held += sweep[1::2]
-    base = Space(preset)
-    free = [Free("tuning.launch_overhead", 1e-7, 2e-4, 5e-6)]
-    free += [Free(f"tuning.efficiency.{f}", 0.3, 1.5, 1.0) for f in families(base, train)]
-    space = Space(preset, free=free)
+    default = build_cluster(preset).template
+    base = Space(preset, tuning=default.tuning)  # the preset as it is: "before"
+    eff = dict(default.tuning.efficiency)
+    free = [Free("tuning.launch_overhead", 1e-7, 2e-4, default.tuning.launch_overhead or 5e-6),
+            Free("tuning.step_overhead", 1e-9, 2e-5, default.tuning.step_overhead or 1e-7)]
+    free += [Free(f"tuning.efficiency.{f}", 0.3, 1.5, eff.get(f, 1.0)) for f in families(base, train)]
+    if any(o.nodes > 1 for o in train) and default.nics:
+        free.append(Free("overrides.nic_latency", 1e-7, 3e-5, default.nic_latency or 1e-6))
+    space = Space(preset, tuning=default.tuning, free=free)
     values = fit(space, train, progress=progress)
     fitted = space.with_values(values)
     result = LogCalibration(values, train, held, predict(base, held), predict(fitted, held))
     if out:
         t = fitted.tuning
-        result.profile = write_profile(out, preset, tuning=Tuning(t.launch_overhead, t.step_overhead, t.efficiency,
-                                                                  ("simcomm calibrate: nccl-tests logs",)),
+        result.profile = write_profile(out, preset, overrides=fitted.overrides or None,
+                                       tuning=Tuning(t.launch_overhead, t.step_overhead, t.efficiency,
+                                                     ("simcomm calibrate: nccl-tests logs",)),
                                        fit={"training_points": len(train), "held_back_points": len(held),
                                             "median_abs_error_held_back_before": result.median_abs(False),
                                             "median_abs_error_held_back_after": result.median_abs(True),
