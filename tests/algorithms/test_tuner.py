@@ -68,7 +68,10 @@ def test_tree_at_small_sizes_across_nodes(nodes):
     c = build_cluster("hgx-h100", nodes=nodes)
     by_size = dict(sweep(c, lo=3, hi=17))
     assert all(ch.algorithm == "tree" for ch in by_size.values()), {s: ch.algorithm for s, ch in by_size.items()}
-    assert choose(c, coll("all_reduce", c.num_ranks, 4 * GIB)).algorithm == "ring"
+    # At 4 GiB the ring wins from 4 nodes on; on 2 nodes the simulated tree is 3% faster (its NVLink ports carry
+    # 2(ppn-1)/ppn of the size, the ring's NICs 2(n-1)/n), and the tuner follows the simulation.
+    big = choose(c, coll("all_reduce", c.num_ranks, 4 * GIB))
+    assert big.algorithm == ("tree" if nodes == 2 else "ring")
 
 
 def test_no_nvls_off_switch_and_across_nodes():
@@ -160,16 +163,18 @@ def test_predictions_exist_and_are_positive_for_everything_registered():
         assert predict(c, coll("all_reduce", 1, MIB), "ring", "Simple") == 0.0
 
 
-def test_nccl_model_numbers_single_hgx_node():
-    """Spot values of NCCL's formulas with this cluster's own figures (370.8 GB/s NVLink, 0.7 us route)."""
+def test_model_numbers_single_hgx_node():
+    """Spot values with this cluster's own figures (370.8 GB/s NVLink, 0.7 us route): the ring is NCCL's formula;
+    the tree is the simulated one's law (one channel for 8 bytes: both trees are the chain 0-1-...-7, 2 x 7
+    stages each carrying both halves; no 0.92 and no llMaxBw cap, which the simulation does not apply); NVLS is
+    NCCL's formula."""
     c = build_cluster("hgx-h100")
     lat = c.intra_node[1]
     s = GIB
     ring = predict(c, coll("all_reduce", 8, s), "ring", "Simple")
     assert ring == pytest.approx(8.4e-6 + 14 * (3.4e-6 + lat) + s * 14 / 8 / 370.8e9, rel=1e-9)
     tree_ll = predict(c, coll("all_reduce", 8, 8), "tree", "LL")
-    assert tree_ll == pytest.approx(6.8e-6 + 2 * 7 * (0.6e-6 + lat) + 8 / (min(141e9, 0.5 * 0.92 * 370.8e9) / 2),
-                                    rel=1e-9)
+    assert tree_ll == pytest.approx(6.8e-6 + 2 * 7 * (0.6e-6 + lat + 8 / (0.5 * 370.8e9)), rel=1e-9)
     nvls = predict(c, coll("all_reduce", 8, s), "nvls", "Simple")
     bus = 370.8e9 * 0.85 * 15 / 16 * 2
     assert nvls == pytest.approx(25e-6 + c.link_latency[c.switch_links(0)[0]] + s / (bus * 8 / 14), rel=1e-9)
@@ -242,8 +247,16 @@ def test_two_node_tree_is_predicted_from_the_bytes_it_sends_across():
     assert simulated["tree"] < 0.6 * simulated["ring"]
     choice = choose(c, x)
     assert choice.algorithm == "tree"
-    for algo, tol in (("ring", 0.05), ("tree", 0.2)):  # NCCL's tree model is conservative (0.92, algbw half)
-        assert predict(c, x, algo, "Simple") == pytest.approx(simulated[algo], rel=tol)
-    # With NDR (400 Gb/s) the NICs no longer bind the ring; NCCL's model keeps ring there, as before.
+    for algo in ("ring", "tree"):
+        assert predict(c, x, algo, "Simple") == pytest.approx(simulated[algo], rel=0.01)
+    # With NDR (400 Gb/s) the NICs no longer bind the ring: the two are within 2% and the tuner still picks the
+    # one that simulates faster.
     ndr = build_cluster("hgx-h100", nodes=2)
-    assert choose(ndr, coll("all_reduce", 16, size)).algorithm == "ring"
+    ndr_time = {}
+    for algo in ("ring", "tree"):
+        s = Session(ndr, detail="steps")
+        op = s.collective("all_reduce", range(16), size, algorithm=algo, protocol="Simple")
+        s.run(op)
+        ndr_time[algo] = op.record.time
+    assert ndr_time["tree"] == pytest.approx(ndr_time["ring"], rel=0.02)
+    assert choose(ndr, coll("all_reduce", 16, size)).algorithm == min(ndr_time, key=ndr_time.get)

@@ -12,9 +12,6 @@ import numpy as np
 from .plan import Collective
 from .protocols import Protocol
 
-# NCCL tuning.cc llMaxBws (GB/s) by architecture, for 1 node / 2 nodes / more.
-LL_MAX_BW = {"hopper": (141.0, 45.0, 35.0), "ampere": (87.7, 22.5, 19.0), "other": (39.0, 39.0, 20.4)}
-
 
 def log2_ceil(n: int) -> int:
     return int(math.ceil(math.log2(n))) if n > 1 else 0
@@ -37,6 +34,8 @@ class CostModel:
         self.rpn = rpn
         t = cluster.template
         self.intra_bw, intra_lat, self.intra_kind = cluster.intra_node
+        if rpn > 2:  # neighbours in a chain or ring may sit further apart (PCIe switches): their mean route latency
+            intra_lat = float(np.mean([cluster.bottleneck(k, (k + 1) % rpn)[1] for k in range(rpn)]))
         if self.intra_bw <= 0:  # one rank per node: everything goes over the network
             self.intra_bw, self.intra_kind = math.inf, "net"
         if cluster.num_nodes > 1:
@@ -53,18 +52,12 @@ class CostModel:
         self.inter_lat = proto.hop("net") + inter_lat  # one step across nodes
         self.fused = cluster.device.fused_reduction
         self.mem_bw = cluster.device.memory_bandwidth
-        self._ll_max = self._ll_max_bw()
-
-    def _ll_max_bw(self) -> float:
-        name = self.cluster.device.name.upper()
-        arch = "hopper" if ("H100" in name or "H200" in name or "H800" in name) else \
-            ("ampere" if "A100" in name or "A800" in name else "other")
-        return LL_MAX_BW[arch][0 if self.nodes <= 1 else (1 if self.nodes == 2 else 2)] * 1e9
 
     def proto_bw(self, bus: float) -> float:
-        """The bandwidth the protocol gets out of `bus` bytes/s of links (LL is also capped by NCCL's llMaxBw)."""
-        bw = bus * self.proto.efficiency
-        return min(bw, self._ll_max) if self.proto.name == "LL" else bw
+        """The bandwidth the protocol gets out of `bus` bytes/s of links: its efficiency (the cluster's tuning
+        included), the figure the simulation's wire factor divides by. NCCL's own tuner also caps LL at its
+        llMaxBw; the simulation does not, so neither does the prediction."""
+        return bus * self.proto.efficiency
 
     # ---- the alpha-beta step model -----------------------------------------------------------------------
     def shift_cross(self, d: int) -> int:
@@ -99,3 +92,18 @@ class CostModel:
     def local_copy(self, nbytes: float) -> float:
         """A local copy of nbytes (read + write) at memory speed."""
         return 2 * nbytes / self.mem_bw
+
+
+def pipelined_end(stage_times: np.ndarray, hop_costs: np.ndarray, slices: int) -> float:
+    """When a pipelined plan ends: its lockstep stages back to back, or the last slice's latency chain if later.
+
+    The last slice crosses hop h at stage slices - 1 + h, no earlier than that stage starts, and arrives its cost
+    (transfer plus latency) later; it waits at a hop only when the stage starts after it arrived. So it arrives at
+    the end at max over h of (start of its stage at hop h + the costs of hops h, h+1, ...), as the executor's
+    per-rank clocks give it."""
+    start = np.concatenate([[0.0], np.cumsum(stage_times)])
+    hops = len(hop_costs)
+    if not hops:
+        return float(start[-1])
+    suffix = np.cumsum(hop_costs[::-1])[::-1]
+    return float(max(start[-1], (start[slices - 1:slices - 1 + hops] + suffix).max()))

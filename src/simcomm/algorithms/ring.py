@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Algorithm, ring_shape_reduced
-from .cost import CostModel
+from .cost import CostModel, pipelined_end
 from .plan import Buffers, Collective, step
 from .tree_schedule import MAX_SLICES, SLICE_BYTES
 
@@ -233,16 +233,50 @@ def chain_reduce(coll: Collective, buf: Buffers, slices: int | None = None):
 
 
 def predict_ring(m: CostModel, coll: Collective) -> float:
-    """NCCL's ring model: base + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat, and the bytes each rank
-    sends over the ring's bus bandwidth (NVLink, or the node's NIC ports across nodes)."""
+    """The simulated ring's time: base + the later of its bandwidth lockstep and its latency chain.
+
+    Every step each rank sends size/n in chunks, one per channel. Inside a node that is the ring's whole cost:
+    nsteps x (chunk transfer + hop latency), NCCL's ring formula. Across nodes the steps run in lockstep at the
+    slower of the node's NICs (each node boundary carries size/n per step) and NVLink (a rank whose channels all
+    have a neighbour in its node sends all of it there; with a channel per local rank each sends one chunk across);
+    a chunk's latency adds up along its own path, which crosses a node boundary every ranks-per-node hops, and
+    hides behind the lockstep where a step's transfer outlasts its hop. broadcast and reduce: _predict_chain.
+    """
     n, kind, size = m.n, coll.kind, float(coll.nbytes)
-    nsteps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1}.get(kind, n)
-    inter = 0 if m.nodes <= 1 else (2 * (m.nodes - 1) if kind == "all_reduce" else m.nodes - 1)
-    lat = m.proto.base_latency + (nsteps - inter) * m.intra_lat + inter * m.inter_lat
-    bus = m.intra_bw if m.nodes <= 1 else min(m.intra_bw, m.node_net)
     if kind in ("broadcast", "reduce"):
-        return lat + size / m.proto_bw(bus)
-    return lat + size * nsteps / n / m.proto_bw(bus)
+        return _predict_chain(m, coll)
+    nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
+    per_step = size / n
+    if m.nodes <= 1:
+        return m.proto.base_latency + nsteps * (m.intra_lat + per_step / m.proto_bw(m.intra_bw))
+    share = 1 - 1 / m.ppn if coll.placement.channels >= m.ppn else 1.0  # of per_step over NVLink
+    t_intra = share * per_step / m.proto_bw(m.intra_bw)
+    t_cross = per_step / m.proto_bw(m.node_net)
+    step = max(t_intra, t_cross)
+    intra, cross = t_intra + m.intra_lat, t_cross + m.inter_lat  # a hop inside a node, and to the next node
+    crossings = min(nsteps, -(-nsteps // m.ppn))
+    chain = (nsteps - crossings) * intra + crossings * cross
+    lockstep = (nsteps - 1) * step + cross + max(0.0, (m.ppn - 1) * (intra - step))
+    return m.proto.base_latency + max(chain, lockstep)
+
+
+def _predict_chain(m: CostModel, coll: Collective) -> float:
+    """The simulated pipelined chain (chain_broadcast, chain_reduce): n - 1 + slices - 1 lockstep stages, each as
+    long as its slowest busy hop's slice (a hop to another node goes at the NIC's rate), and the last slice's
+    latency chain along the n - 1 hops (cost.pipelined_end)."""
+    order = coll.ranks[_chain(coll)]
+    cross = (order[1:] // m.rpn) != (order[:-1] // m.rpn)
+    slices = pipeline_slices(coll.count * coll.itemsize)
+    piece = -(-coll.count // slices) * coll.itemsize
+    t_intra = piece / m.proto_bw(m.intra_bw)
+    t_cross = piece / m.proto_bw(min(m.intra_bw, m.path_bw)) if cross.any() else t_intra
+    hops = len(cross)
+    stage = np.arange(hops + slices - 1)
+    first, last = np.maximum(stage - slices + 1, 0), np.minimum(stage, hops - 1)  # the hops busy at each stage
+    crossing = np.concatenate([[0], np.cumsum(cross)])
+    times = np.where(crossing[last + 1] > crossing[first], t_cross, t_intra)
+    costs = np.where(cross, t_cross + m.inter_lat, t_intra + m.intra_lat)
+    return m.proto.base_latency + pipelined_end(times, costs, slices)
 
 
 RING = Algorithm("ring", {"all_reduce": ring_all_reduce, "reduce_scatter": ring_reduce_scatter,

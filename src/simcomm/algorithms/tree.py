@@ -21,14 +21,15 @@ bandwidth, like every plan; the steady state's identical stages are timed in clo
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from .base import Algorithm, stepwise
-from .cost import CostModel
+from .cost import CostModel, pipelined_end
 from .plan import Buffers, Collective
-from .tree_schedule import pipelined_trees
+from .tree_schedule import choose_slices, depths, pipelined_trees
 
 MIN_CHANNEL_BYTES = 32 << 10  # a channel per this many bytes per tree, at most (NCCL: 64 B/thread x 512 threads)
 
@@ -131,26 +132,73 @@ def tree_reduce(coll: Collective, buf: Buffers):
         buf.rows[coll.root] = rows[coll.root]
 
 
-TREE_EFFICIENCY = 0.92  # NCCL tuning.cc: tree all_reduce busBw
+@functools.lru_cache(maxsize=64)
+def _node_shapes(nodes: int) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...]]:
+    """Each of the two node trees' depth, and the distinct (depth, child count) pairs a node has in them."""
+    shapes = []
+    for parent in dtree_parents(nodes):
+        kids = np.bincount(parent[parent >= 0], minlength=nodes)
+        shapes.append((depths(parent), kids))
+    pairs = {tuple((int(d[k]), int(c[k])) for d, c in shapes) for k in range(nodes)}
+    return tuple(int(d.max()) for d, _ in shapes), tuple(sorted(pairs))
+
+
+def _stage_times(m: CostModel, channels: int, slices: int, slice_bytes: float) -> np.ndarray:
+    """Seconds each lockstep stage of the double tree all-reduce takes: its busiest link's slices (a rank's
+    NVLink sends, a head rank's NIC sends) over the link's bandwidth.
+
+    In tree t, channel j, local rank q sits at position p = (q - j) mod ppn of its node's chain, so at depth
+    d + p for a node at depth d: it sends up (p >= 1) from stage D - d - p and down (p <= ppn - 2) from D + d + p,
+    each for `slices` stages; the chain's head (q = j) sends across to the parent node from D - d and to each
+    child node from D + d. Nodes alike in both trees load their links alike, so one of each kind is counted."""
+    ppn = m.ppn
+    tree_depths, kinds = _node_shapes(m.nodes)
+    deepest = [d + ppn - 1 for d in tree_depths]
+    length = 2 * max(deepest) + slices
+    q, j = np.arange(ppn), np.arange(channels)
+    pos = (q[None, :] - j[:, None]) % ppn
+    rank = np.broadcast_to(q, pos.shape)
+    worst = np.zeros(length)
+    for kind in kinds:
+        nvlink, nic = np.zeros((ppn, length)), np.zeros((ppn, length))
+        for (d, kids), top in zip(kind, deepest):
+            for sends, start in ((pos >= 1, top - d - pos), (pos <= ppn - 2, top + d + pos)):
+                np.add.at(nvlink, (rank[sends], start[sends]), 1.0)
+                np.add.at(nvlink, (rank[sends], start[sends] + slices), -1.0)
+            for count, start in ((d >= 1, top - d), (kids, top + d)):
+                if count:
+                    np.add.at(nic, (j % ppn, start), float(count))
+                    np.add.at(nic, (j % ppn, start + slices), -float(count))
+        busy = np.maximum(np.cumsum(nvlink, axis=1).max(axis=0) / m.proto_bw(m.intra_bw),
+                          np.cumsum(nic, axis=1).max(axis=0) / m.proto_bw(m.rank_net) if m.nodes > 1 else 0.0)
+        worst = np.maximum(worst, busy * slice_bytes)
+    return worst[:2 * max(deepest) + slices - 1]
 
 
 def _predict_all_reduce(m: CostModel, coll: Collective) -> float:
-    """NCCL's tree model: base + 2 * ((ppn - 1) * intraLat + log2i(nNodes) * interLat); busBw x 0.92, algbw half.
+    """The simulated double tree: its lockstep stages (_stage_times) and the last slice's latency chain
+    (cost.pipelined_end, each hop costing its stage's transfer and its latency).
 
-    busBw is the per-GPU link inside a node, and across nodes also what the node's NICs carry: on 2 nodes each
-    node sends its data across once per direction (the two trees are each other's mirror), half what a ring
-    sends (2(n-1)/n of it), so the NICs allow twice the ring's figure (NCCL's search likewise lets a 2-node tree
-    run its intra-node bandwidth up to twice the inter-node one); on more nodes an interior node forwards to two
-    children and the NICs allow the ring's figure."""
+    The plan's own shape: 2 trees x channels (fewer for small buffers), each instance's share cut into slices,
+    2D + slices - 1 stages. The last slice climbs from the deepest chain's tail to the root and back down, starting
+    each hop no earlier than its stage, so the latency hides behind the transfers only where the stages are long.
+    NCCL's own formula charges 2 x ((ppn - 1) intra-node + log2(nodes) network) hop latencies and
+    2 x size / (0.92 x busBw) in full; the simulated tree moves 2 (ppn - 1) / ppn of the size over each NVLink
+    port when every rank heads a channel. Ranks spread unevenly over nodes are costed as if each node had the
+    most."""
     size = float(coll.nbytes)
-    depth = int(math.floor(math.log2(m.nodes))) if m.nodes > 1 else 0
-    lat = m.proto.base_latency + 2 * ((m.ppn - 1) * m.intra_lat + depth * m.inter_lat)
-    net = m.node_net * (2 if m.nodes == 2 else 1)
-    bus = (m.intra_bw if m.nodes <= 1 else min(m.intra_bw, net)) * TREE_EFFICIENCY
-    t = size / (m.proto_bw(bus) * 0.5)
+    members = max(1, m.ppn)
+    channels = max(1, min(coll.placement.channels if m.nodes > 1 else members, members))
+    channels = max(1, min(channels, -(-coll.count * coll.itemsize // (2 * MIN_CHANNEL_BYTES))))
+    seg = -(-coll.count // (2 * channels))
+    slices = choose_slices(seg * coll.itemsize)
+    times = _stage_times(m, channels, slices, -(-seg // slices) * coll.itemsize)
+    node_depth = max(_node_shapes(m.nodes)[0])
+    lat = np.array([m.intra_lat] * (members - 1) + [m.inter_lat] * (2 * node_depth) + [m.intra_lat] * (members - 1))
+    t = m.proto.base_latency + pipelined_end(times, times[slices - 1:slices - 1 + len(lat)] + lat, slices)
     if not m.fused:  # gloo-style reductions, pipelined with the slices
-        t = max(t, 3 * size / m.mem_bw)
-    return lat + t
+        t = max(t, m.proto.base_latency + 3 * size / m.mem_bw)
+    return t
 
 
 def _predict_rooted(m: CostModel, coll: Collective) -> float:

@@ -1,10 +1,13 @@
 """Picks algorithm and protocol by predicted time, the way NCCL's tuner does (docs/model.md says what it follows).
 
-time = the algorithm's own prediction (algorithms/<name>.py: NCCL's formulas for ring, tree and NVLS, alpha-beta
-step models for the rest, all fed by the cluster's figures through cost.CostModel), plus the reductions a device
-cannot fuse into its transfers (gloo-style CPU ranks reduce after receiving: the busiest rank's reduced bytes,
-read twice and written once at memory speed; NCCL fuses them: nothing). Protocols: LL moves half its wire bytes
-(capped by NCCL's llMaxBw), LL128 0.92, Simple 1.
+time = the algorithm's own prediction of its simulated plan (algorithms/<name>.py: the ring's and the double
+tree's lockstep and latency chains, NCCL's formula for NVLS and the chains, alpha-beta step models for the rest,
+all fed by the cluster's figures through cost.CostModel), plus the reductions a device cannot fuse into its
+transfers (gloo-style CPU ranks reduce after receiving: the busiest rank's reduced bytes, read twice and written
+once at memory speed; NCCL fuses them: nothing). Protocols are the simulation's own (protocols.py, with the
+cluster's tuning): LL moves half its wire bytes, LL128 0.92, Simple 1; NCCL's llMaxBw cap on LL is not applied,
+as the simulation does not apply it. So the tuner picks what simulates fastest (tests/test_calibration.py checks
+this with the fitted presets).
 
 choose() chooses like NCCL: among the algorithms NCCL's tuner weighs for the collective (gloo's ring for
 all_reduce on CPU ranks), minus those that cannot run the group here. Any algorithm can be forced by name
@@ -44,12 +47,14 @@ def why_not(cluster, coll: Collective, name: str) -> str | None:
 
 
 def predict(cluster, coll: Collective, name: str, proto_name: str) -> float:
-    """NCCL-style predicted seconds for coll with algorithm and protocol on cluster (inf if unsupported)."""
+    """Predicted seconds for coll with algorithm and protocol on cluster (inf if unsupported): the algorithm's
+    model of its simulated plan, fed by the cluster's figures and the protocol the simulation runs."""
     if coll.n == 1:
         return 0.0
     alg = algorithm(coll.kind, name)
     coll = _placed(cluster, coll)
-    m = CostModel(cluster, coll, make_protocol(proto_name, alg.family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n))
+    proto = make_protocol(proto_name, alg.family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n)
+    m = CostModel(cluster, coll, proto)
     return alg.predict(m, coll) + _unfused_reduction(m, coll, alg)
 
 
