@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .fold import fold
 from .plan import Buffers, Collective, step
 
 MAX_SEGMENT_BYTES = 1 << 20  # gloo's maxSegmentSize default (measured: 1 MiB)
@@ -188,11 +189,37 @@ def _store(coll: Collective, buf: Buffers, work: np.ndarray | None, count: int) 
 
 
 def gloo_all_reduce(coll: Collective, buf: Buffers):
-    """gloo's ring all_reduce: rows (n, count); every rank ends with the same, gloo-bitwise result."""
+    """gloo's ring all_reduce: rows (n, count); every rank ends with the same, gloo-bitwise result.
+
+    From the ranks' own arrays (buf.unstacked) the result is folded chunk by chunk in gloo's order (fold.py)."""
     if coll.n == 1:
+        return
+    if buf.unstacked:
+        yield from _ring(coll, Buffers(None, buf.op), 1, coll.count, "all_reduce", gather=True)  # the timing
+        n = coll.n
+        real = np.dtype(f"f{coll.itemsize // 2}") if coll.dtype.kind == "c" else coll.dtype
+        sources = [src.view(real) for src in buf.sources]
+        count = _real(None, coll, coll.count)[1]
+        per = segmentation(count, n, real.itemsize)[2]
+        chunk = np.arange(n)[:, None]
+        order = (chunk - 1 - np.arange(n)[None, :]) % n  # chunk c: ranks c-1, c-2, ..., c
+        result = fold(sources, count, per, order, _gloo_into(buf.op)).view(coll.dtype)
+        buf.rows = np.broadcast_to(result, (n, coll.count))
         return
     work = yield from _ring(coll, buf, 1, coll.count, "all_reduce", gather=True)
     _store(coll, buf, work, _real(None, coll, coll.count)[1])
+
+
+def _gloo_into(op):
+    """gloo_combine writing into `out` (in place for the arithmetic ops, which are one ufunc each)."""
+    def into(local: np.ndarray, incoming: np.ndarray, out: np.ndarray) -> None:
+        if local.dtype != np.bool_ and op.name in ("SUM", "AVG"):
+            np.add(local, incoming, out=out)
+        elif local.dtype != np.bool_ and op.name == "PRODUCT":
+            np.multiply(local, incoming, out=out)
+        else:
+            out[...] = gloo_combine(op, local, incoming)
+    return into
 
 
 def gloo_reduce_scatter(coll: Collective, buf: Buffers, flat: bool = True):

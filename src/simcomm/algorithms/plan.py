@@ -119,16 +119,34 @@ class Collective:
 class Buffers:
     """The data a plan works on: one row per group rank, or nothing for size-only runs.
 
-    `reducer` is the operator; premultiplied inputs and the final AVG division are handled by the caller.
+    `op` is the operator; premultiplied inputs and the final AVG division are handled by the caller. The rows may
+    come as `sources`, one read-only 1-D array per group rank (the ranks' own tensors): a plan that can reduce
+    straight from them (gloo's and NCCL's rings) never copies every rank's data; `rows` stacks them on first use.
     """
 
-    def __init__(self, rows: np.ndarray | None, op: ReduceOp):
-        self.rows = rows
+    def __init__(self, rows: np.ndarray | None, op: ReduceOp, sources: list[np.ndarray] | None = None):
+        self._rows = rows
         self.op = op
+        self.sources = sources
+
+    @property
+    def rows(self) -> np.ndarray | None:
+        if self._rows is None and self.sources is not None:
+            self._rows = np.stack(self.sources)
+        return self._rows
+
+    @rows.setter
+    def rows(self, value: np.ndarray | None) -> None:
+        self._rows = value
 
     @property
     def live(self) -> bool:
-        return self.rows is not None
+        return self._rows is not None or self.sources is not None
+
+    @property
+    def unstacked(self) -> bool:
+        """Whether the data is still only the ranks' own arrays (sources), never copied into rows."""
+        return self._rows is None and self.sources is not None
 
     def reduce_into(self, dst_idx, src_values) -> None:
         """rows[dst_idx] = rows[dst_idx] (op) src_values, where dst_idx is a numpy index expression."""

@@ -102,6 +102,11 @@ def combine(op: ReduceOp, a: np.ndarray, b: np.ndarray, out: np.ndarray | None =
     return _UFUNC[op.name](a, b, out=out)
 
 
+def prepares(op: ReduceOp, dtype: np.dtype, premultiply: bool) -> bool:
+    """Whether prepare() changes inputs of this dtype (so a reduction reading the ranks' own arrays cannot)."""
+    return op.name == "PREMUL_SUM" or (op.name == "AVG" and premultiply and np.dtype(dtype).kind in "fc")
+
+
 def prepare(op: ReduceOp, x: np.ndarray, n: int, premultiply: bool) -> np.ndarray:
     """Inputs as the reduction sees them: PREMUL_SUM scales each input; NCCL float AVG pre-multiplies by 1/n."""
     if op.name == "PREMUL_SUM":

@@ -10,7 +10,9 @@ import numpy as np
 
 from .base import Algorithm, ring_shape_reduced
 from .cost import CostModel, pipelined_end
+from .fold import fold
 from .plan import Buffers, Collective, step
+from .reduce_ops import combine
 from .tree_schedule import MAX_SLICES, SLICE_BYTES
 
 
@@ -87,6 +89,16 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
     per, _ = _split(coll.count, channels * n)
     src_f, dst_f, weight, chains = _ring_flows(orders)
     nbytes = per * coll.itemsize
+    if buf.unstacked:  # fold each block along its ring straight from the ranks' arrays (fold.py)
+        yield step(src_f, dst_f, nbytes, reduce=True, label="reduce-scatter", weight=weight, chains=chains,
+                   repeat=n - 1)
+        yield step(src_f, dst_f, nbytes, label="all-gather", weight=weight, chains=chains, repeat=n - 1)
+        order = np.empty((channels * n, n), dtype=np.int64)
+        for c in range(channels):  # block chunk_of[q] of channel c starts at ring position q
+            order[c * n + chunk_of] = orders[c][(np.arange(n)[:, None] + np.arange(n)[None, :]) % n]
+        result = fold(buf.sources, coll.count, per, order, lambda a, b, out: combine(buf.op, a, b, out=out))
+        buf.rows = np.broadcast_to(result, (n, coll.count))
+        return
     x = _chunked(buf.rows, channels * n, per).reshape(n, channels, n, per) if buf.live else None
     acc = np.empty((channels, n, per), dtype=buf.rows.dtype) if buf.live else None
     ch = np.repeat(np.arange(channels), n)
@@ -107,7 +119,6 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
 
 
 def _combine(buf: Buffers, local: np.ndarray, incoming: np.ndarray) -> np.ndarray:
-    from .reduce_ops import combine
     return combine(buf.op, local, incoming)
 
 

@@ -11,7 +11,7 @@ from .catalog import ALGORITHMS
 from .executor import execute
 from .plan import Buffers, Collective
 from .protocols import protocol as make_protocol
-from .reduce_ops import check_op, finish, prepare
+from .reduce_ops import check_op, finish, prepare, prepares
 from .tuner import Choice, choose
 
 
@@ -61,7 +61,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     buf = rows if isinstance(rows, Buffers) else Buffers(rows, coll.op)
     premul = numerics == "nccl"
     reducing = coll.kind in REDUCING
-    if buf.live and reducing:
+    if buf.live and reducing and prepares(coll.op, coll.dtype, premul):
         buf.rows[...] = prepare(coll.op, buf.rows, coll.n, premul)
     proto = make_protocol(choice.protocol, alg.family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n)
     op = {"PRODUCT": "prod"}.get(coll.op.name, coll.op.name.lower())
@@ -72,7 +72,11 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     def body():
         end = yield from execute(sim, coll, plan, buf, proto, name, tags)
         if buf.live and reducing:
-            buf.rows = finish(coll.op, buf.rows, coll.n, premul)
+            rows = buf.rows
+            if rows.ndim == 2 and rows.strides[0] == 0:  # every rank holds the same result: finish it once
+                buf.rows = np.broadcast_to(finish(coll.op, rows[0], coll.n, premul), rows.shape)
+            else:
+                buf.rows = finish(coll.op, rows, coll.n, premul)
         return end
 
     return sim.env.process(body()), buf, choice

@@ -74,6 +74,14 @@ def _rows(args: list[Arg]) -> np.ndarray | None:
     return np.stack([a.flat() for a in args])
 
 
+def _sources(args: list[Arg], op: ReduceOp) -> Buffers | None:
+    """The ranks' own arrays for a reduction that may read them in place (stacked only if its plan needs rows);
+    None for size-only calls."""
+    if any(a.data is None for a in args):
+        return None
+    return Buffers(None, op, sources=[a.flat() for a in args])
+
+
 def _numerics() -> str:
     return current()[0].services["session"].numerics
 
@@ -103,8 +111,11 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     op = _check_op(op, a, "all_reduce")
 
     def runner(payloads, done):
-        args = [p[0] for p in payloads]
-        group_op, rows = premultiply([p[1] for p in payloads], _rows(args))
+        args, ops = [p[0] for p in payloads], [p[1] for p in payloads]
+        if ops[0].name == "PREMUL_SUM":
+            group_op, rows = premultiply(ops, _rows(args))
+        else:
+            group_op, rows = ops[0], _sources(args, ops[0])
 
         def finish(r):
             for arg, row in zip(args, r):
