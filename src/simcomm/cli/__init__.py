@@ -9,6 +9,7 @@ import argparse
 import json
 import shutil
 import sys
+from pathlib import Path
 
 from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError
 from . import calibrate_cmd, compare_cmd, perf, plan, torch_launch
@@ -32,6 +33,34 @@ def _progress(label: str):
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
     task = bar.add_task(label, total=None)
     return bar, (lambda done, total: bar.update(task, completed=done, total=total))
+
+
+# ---- scenario files ---------------------------------------------------------------------------------------------
+# The checkout's scenarios/, beside src/ (an editable install, as the README's); a wheel carries none.
+SHIPPED_SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
+
+
+def shipped_scenarios() -> list[str]:
+    """Names of the scenarios that come with simcomm (`simcomm run NAME` runs one from any directory)."""
+    return sorted(f.stem for f in SHIPPED_SCENARIOS.glob("*.yaml")) if SHIPPED_SCENARIOS.is_dir() else []
+
+
+def scenario_path(name: str) -> str:
+    """The scenario file `name` names: the file itself where it exists; else, for a bare name (`quickstart`,
+    `quickstart.yaml`) or one under `scenarios/` (the README's `scenarios/quickstart.yaml`, typed outside the
+    checkout), the scenario shipped with simcomm. A bare name that is neither is an error listing the names."""
+    path = Path(name)
+    if path.exists() or path.is_absolute() or path.parts[:-1] not in ((), ("scenarios",)):
+        return name
+    stem = path.name.rsplit(".", 1)[0] if path.suffix in (".yaml", ".yml") else path.name
+    shipped = SHIPPED_SCENARIOS / f"{stem}.yaml"
+    if shipped.is_file():
+        return str(shipped)
+    if len(path.parts) > 1:
+        return name  # the loader says it cannot read it
+    names = shipped_scenarios()
+    raise SimcommError(f"{name}: no such scenario file, and no scenario of that name ships with simcomm"
+                       + (f" (shipped: {', '.join(names)})" if names else ""))
 
 
 # ---- run / validate --------------------------------------------------------------------------------------------
@@ -64,7 +93,7 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
     from ..report import PLOT_FILES, dumps, render, result_json, write_outputs
     from ..scenario import load_scenario
     from ..workloads import plots_for, report_blocks, run_scenario
-    loaded = load_scenario(path)
+    loaded = load_scenario(scenario_path(path))
     o = loaded.scenario.outputs
     json_file = o.json or ("result.json" if args.save_json else None)
     trace_file = o.trace or ("trace.json" if args.trace else None)
@@ -99,7 +128,7 @@ def cmd_validate(args) -> int:
     results, code = [], EXIT_OK
     for path in args.scenarios:
         try:
-            loaded = load_scenario(path)
+            loaded = load_scenario(scenario_path(path))
         except ScenarioError as exc:
             code = EXIT_USAGE
             results.append({"file": path, "ok": False, "errors": [p.__dict__ for p in exc.problems]})
@@ -164,7 +193,7 @@ def cmd_sweep(args) -> int:
     from ..report.table import render
     from ..scenario import load_scenario
     from ..scenario.sweep import run_sweep
-    loaded = load_scenario(args.scenario)
+    loaded = load_scenario(scenario_path(args.scenario))
     sweep = loaded.scenario.sweep
     params = dict(sweep.parameters) if sweep else {}
     params.update(_parse_params(args.param))
@@ -279,7 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario file and print its report",
                        description="Run a scenario; write JSON, trace and plots as its outputs section (or these "
                                    "flags) ask.")
-    r.add_argument("scenarios", nargs="+", metavar="scenario", help="scenario YAML files, run one after another")
+    r.add_argument("scenarios", nargs="+", metavar="scenario",
+                   help="scenario YAML files, run one after another; a bare name (quickstart) runs a shipped "
+                        "scenario from any directory")
     r.add_argument("--out", help="output directory (default: outputs.dir, else simcomm-out/<name>; with several "
                                  "scenarios, OUT/<file name> each)")
     r.add_argument("--json", action="store_true", help="print the result as JSON instead of the report (a list "
