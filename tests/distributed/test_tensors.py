@@ -219,3 +219,19 @@ def test_non_tensors_are_refused_naming_rank_and_call():
 
     with pytest.raises(simcomm.DistError, match="rank 0: send: tensor: expected a numpy array"):
         run(fn)
+
+
+def test_size_only_counts_elements_and_says_how_to_give_a_size_in_bytes():
+    """Issue 11: size_only('512MiB') said only "a shape is whole numbers >= 0"."""
+    from simcomm.errors import DistError
+    from simcomm.units import parse_size
+    with pytest.raises(DistError) as err:
+        simcomm.size_only("512MiB", dtype="bfloat16")
+    assert str(err.value) == ("size_only: a shape counts elements (whole numbers >= 0), got ('512MiB',); for "
+                              "'512MiB' of bfloat16 use size_only(parse_size('512MiB') // 2, dtype='bfloat16') "
+                              "(from simcomm.units import parse_size)")
+    t = simcomm.size_only(parse_size("512MiB") // 2, dtype="bfloat16")  # what the message suggests
+    assert t.nbytes == 512 << 20 and t.shape == (256 << 20,)
+    with pytest.raises(DistError, match=r"counts elements \(whole numbers >= 0\), got \(4, -1\)$"):
+        simcomm.size_only(4, -1)
+

@@ -93,10 +93,14 @@ class SizeOnly:
 
     def __init__(self, shape, dtype="float32"):
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        dt = torch_dtype(dtype)
         for s in shape:
             if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 0:
-                raise DistError(f"size_only: a shape is whole numbers >= 0, got {shape!r}")
-        dt = torch_dtype(dtype)
+                text = next((x for x in shape if isinstance(x, str)), None)
+                hint = "" if text is None else (
+                    f"; for {text!r} of {dt.name} use size_only(parse_size({text!r}) // "
+                    f"{_stand_in(dt).itemsize}, dtype={dt.name!r}) (from simcomm.units import parse_size)")
+                raise DistError(f"size_only: a shape counts elements (whole numbers >= 0), got {shape!r}{hint}")
         object.__setattr__(self, "shape", tuple(int(s) for s in shape))
         object.__setattr__(self, "dtype", _stand_in(dt))
         object.__setattr__(self, "torch_dtype", dt.name)
