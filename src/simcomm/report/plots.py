@@ -8,6 +8,9 @@ from .links import binned, link_usage
 _COLORS = {"collective": "#4c72b0", "send": "#55a868", "hbm": "#c44e52", "compute": "#8172b2"}
 _NAMES = {"collective": "collective (call to completion)", "send": "transfers sent", "hbm": "HBM (reductions)",
           "compute": "compute"}
+# Series drawn on one axis each get the next marker and dash pattern, so lines that coincide stay told apart.
+_MARKERS = ("o", "s", "^", "D", "v", "x")
+_DASHES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)))
 
 
 def _pyplot():
@@ -35,9 +38,8 @@ def plot_busbw(rows, path, title: str = "") -> Path:
             series.setdefault(f"{r.collective} ({r.requested})", []).append((r.size, r.busbw / 1e9))
     # Series that coincide (two algorithms the tuner treats alike) must stay visible: each gets its own marker
     # and dash pattern, and later ones are drawn thinner on top.
-    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", (0, (5, 1))), ("x", (0, (3, 1, 1, 1)))]
     for i, (name, pts) in enumerate(series.items()):
-        marker, dash = styles[i % len(styles)]
+        marker, dash = _MARKERS[i % len(_MARKERS)], _DASHES[i % len(_DASHES)]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=6 - min(i, 3),
                 linestyle=dash, linewidth=2.0 - 0.3 * min(i, 4), fillstyle="none", label=name, zorder=2 + i)
     ax.set_xscale("log", base=2)
@@ -90,10 +92,10 @@ def plot_links(link_loads, cluster, path, title: str = "", top: int = 8, span: t
                 max((float(u.times[-1]) for u in usage), default=0.0))
     t0, length = span[0], span[1] - span[0]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), dpi=100)
-    for u in usage[:top]:
+    for i, u in enumerate(usage[:top]):  # links often share a level: a dash pattern each keeps them apart
         edges, rates = binned(u, t0, t0 + length)
         ax1.stairs(100 * rates / u.capacity, edges * 1e6, label=f"{u.name} (peak {100 * u.peak:.1f}%)",
-                   linewidth=0.8)
+                   linewidth=1.6 - 0.15 * min(i, 6), linestyle=_DASHES[i % len(_DASHES)], zorder=2 + i)
     ax1.set_xlabel("time (us)")
     ax1.set_ylabel("utilisation (%)")
     ax1.set_title(title or f"link utilisation ({cluster.name})")
