@@ -5,7 +5,7 @@ from simcomm import bench
 
 
 def test_bench_cases_report_events_and_simulated_time(capsys):
-    assert bench.main(["ring-8", "flows-fattree", "--json"]) == 0
+    assert bench.main(["ring-8", "flows-fattree", "--json", "--in-process"]) == 0
     rows = {r["case"]: r for r in json.loads(capsys.readouterr().out)}
     ring = rows["ring-8"]
     assert ring["steps"] == 14 and ring["flows"] == 14 * 8 and ring["events"] > 0
@@ -45,5 +45,56 @@ def test_step_and_plan_cases_report_the_issue_targets(monkeypatch, capsys):
     plan = rows["plan-llama3-70b-1024"]
     assert plan["target"].startswith(">= 500 layouts") and plan["target_met"] is False  # 499 layouts
     assert "target" not in rows["ring-8"]
-    assert bench.main(["plan-llama3-70b-1024"]) == 0
+    assert bench.main(["plan-llama3-70b-1024", "--in-process"]) == 0
     assert ">= 500 layouts, < 60 s wall on 2 cores: NOT MET" in capsys.readouterr().out
+
+
+def test_cases_run_in_a_process_of_their_own_with_their_peak_memory(capsys):
+    assert bench.main(["ring-8", "allreduce-ring-1024", "--json"]) == 0
+    rows = {r["case"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["ring-8"]["steps"] == 14 and 20 < rows["ring-8"]["peak_mb"] < 2000
+    big = rows["allreduce-ring-1024"]
+    assert big["ranks"] == 1024 and big["algorithm"] == "ring" and 20 < big["peak_mb"] < 4000
+
+
+def test_a_failing_case_is_reported_not_raised(monkeypatch):
+    row = bench._run_isolated("no-such-case")
+    assert row["case"] == "no-such-case" and "unknown case" in row["error"]
+
+
+def test_the_16k_cases_state_their_targets():
+    for alg in ("ring", "tree", "hierarchical", "auto"):
+        assert bench.TARGETS[f"allreduce-{alg}-16384"][0] == "< 5 s wall, < 1 GB"
+        assert bench.TARGETS[f"allreduce-{alg}-4096"][0] == "< 1.5 s wall"
+        judge = bench.TARGETS[f"allreduce-{alg}-16384"][1]
+        assert judge({"wall_seconds": 4.0, "peak_mb": 900}) and not judge({"wall_seconds": 4.0, "peak_mb": 1200})
+    assert bench.TARGETS["rankprog-sizeonly-16384"][0] == "< 10 s wall"
+
+
+def test_smpi_suite_without_simgrid_says_what_to_install(monkeypatch, capsys):
+    from simcomm.bench import smpi
+    monkeypatch.setattr(smpi.shutil, "which", lambda tool: None)
+    assert bench.main(["smpi", "--ranks", "2"]) == 2
+    assert "smpicc and smpirun not found" in capsys.readouterr().err
+
+
+def test_the_peer_programs_and_platform(tmp_path):
+    """The simcomm side of the peer comparison runs and checks its sum; the platform is SimGrid's star of N hosts.
+    Where SimGrid is installed, the whole comparison runs at 2 and 4 ranks and both sides agree on the result."""
+    import shutil
+    import sys
+
+    from simcomm.bench import smpi
+    folder = smpi.benchmark_folder()
+    sys.path.insert(0, str(folder))
+    from star_platform import write_platform
+    xml, hosts = write_platform(4, tmp_path)
+    assert 'radical="0-3"' in xml.read_text() and 'bw="50GBps"' in xml.read_text()
+    assert hosts.read_text().split() == ["h0", "h1", "h2", "h3"]
+    row = smpi._measure([sys.executable, str(folder / "allreduce.py"), "4", "1000"], tmp_path, 300)
+    assert row["ok"] and row["result"] == 6.0 and row["simulated_seconds"] > 0 and row["peak_mb"] > 20
+    if shutil.which("smpirun") and shutil.which("smpicc"):
+        rows = smpi.compare((2, 4), repeats=1, count=1000)
+        for r in rows:
+            assert r["simcomm_result"] == r["smpi_result"] == r["ranks"] * (r["ranks"] - 1) / 2
+            assert r["wall_ratio"] > 0 and r["memory_ratio"] > 0

@@ -1,10 +1,16 @@
-"""`simcomm bench`: the simulator's own speed (wall seconds and event counts), never asserted in unit tests.
+"""`simcomm bench`: the simulator's own speed (wall seconds, peak memory, event counts), never asserted in unit tests.
 
-Cases (from the foundation and collectives issues):
+Each case runs in a fresh process of its own (`--in-process` to run them here): its wall time is the case itself,
+its peak memory the process's maximum resident set, interpreter and imports included.
+
+Cases:
   flows-fattree   1,024 concurrent 64 MiB flows (a fixed random permutation) on a 128-node hgx-h100 fat-tree
   ring-N          a ring of neighbour sends on N ranks: 2(N-1) lockstep steps of 1 MiB (a ring all-reduce's traffic)
-  allreduce-*     a 1 GiB size-only all_reduce on 1,024 GPUs (ring and hierarchical) and on 16,384 GPUs
-  rankprog-256    a rank-program all_reduce of 4 MiB float32 with real data on 256 ranks
+  allreduce-ALG-N a 1 GiB size-only all_reduce on N hgx-h100 GPUs (1,024, 4,096, 16,384) with ring, tree or
+                  hierarchical (Simple protocol) or the tuner's own choice (auto); targets (issue 10): every
+                  algorithm under 5 s wall and 1 GB on 16,384 GPUs, under 1.5 s on 4,096
+  rankprog-N      a rank-program all_reduce of 4 MiB float32 with real data on N ranks (256, 1,024), checked
+  rankprog-sizeonly-16384  the same with size-only tensors on 16,384 ranks; target: under 10 s wall
   train-64        one training step of GPT-3 1.3B as rank programs on 64 H100s, tp 2 (sequence parallel) x pp 4
                   (1F1B, 8 microbatches) x dp 8 (DDP, overlapped buckets), size-only tensors
   train-data-16   three steps of a tiny GPT with real data on 16 ranks, tp 2 x cp 2 x pp 2 x dp 2 (ZeRO-1)
@@ -14,6 +20,10 @@ Cases (from the foundation and collectives issues):
   plan-llama3-70b-1024    `simcomm plan` of scenarios/llama3-70b-h100-1024.yaml on 2 worker processes (its default
                           search space); target: at least 500 layouts in under 60 s wall on 2 cores
 Cases with a target report it (`target`) and whether this run met it (`target_met`).
+
+`simcomm bench smpi` compares with a peer: the same 4 MiB all-reduce program on SimGrid's SMPI (where smpirun and
+smpicc are installed) and as a simcomm rank program, at 8, 64, 256 and 1,024 ranks, run interleaved; it prints
+both wall times, both memory peaks and their ratios (bench/smpi.py; the programs are in benchmarks/smpi/).
 """
 from __future__ import annotations
 
@@ -24,8 +34,10 @@ import time
 
 import numpy as np
 
-from .engine import Simulation
-from .hardware import build_cluster
+from .process import run_process
+
+from ..engine import Simulation
+from ..hardware import build_cluster
 
 MiB = 1 << 20
 
@@ -66,36 +78,42 @@ def bench_ring(ranks: int, nbytes: int = MiB) -> dict:
     return {"ranks": ranks, "steps": 2 * (ranks - 1), "sim_seconds": sim.now, **sim.stats()}
 
 
-def bench_allreduce(nodes: int, algorithm: str, size: str = "1GiB") -> dict:
-    from .collective import simulate_collective
+def bench_allreduce(nodes: int, algorithm: str | None, size: str = "1GiB") -> dict:
+    """A size-only all_reduce on every GPU of `nodes` hgx-h100 nodes: `algorithm` with the Simple protocol, or
+    the tuner's own choice of both (None)."""
+    from ..collective import simulate_collective
     cluster = build_cluster("hgx-h100", nodes=nodes)
-    r = simulate_collective("all_reduce", size, cluster=cluster, algorithm=algorithm, protocol="Simple")
+    r = simulate_collective("all_reduce", size, cluster=cluster, algorithm=algorithm,
+                            protocol="Simple" if algorithm else None)
     return {"ranks": r.ranks, "algorithm": r.algorithm, "sim_seconds": r.time, "busbw_GBps": r.busbw / 1e9,
             **r.stats}
 
 
-def bench_rank_program(ranks: int = 256, count: int = MiB) -> dict:
-    """Every rank calls all_reduce on 4 MiB of float32 with real data; checks the result."""
-    from . import distributed as dist
-    from .distributed.spawn import spawn
+def bench_rank_program(ranks: int = 256, count: int = MiB, size_only: bool = False) -> dict:
+    """Every rank calls all_reduce on `count` float32 (4 MiB) with real data, checked, or size-only."""
+    from .. import distributed as dist
+    from ..distributed.spawn import spawn
+    from ..distributed.tensors import size_only as make_size_only
 
     def program(rank):
-        x = np.full(count, rank, dtype=np.float32)
+        x = make_size_only(count, dtype="float32") if size_only else np.full(count, rank, dtype=np.float32)
         dist.all_reduce(x)
-        return float(x[0])
+        return None if size_only else float(x[0])
 
-    r = spawn(program, nprocs=ranks, cluster="hgx-h100")
-    expect = ranks * (ranks - 1) / 2
-    assert all(v == expect for v in r.results), "all_reduce gave a wrong sum"
+    nodes = -(-ranks // 8)
+    r = spawn(program, nprocs=ranks, cluster=build_cluster("hgx-h100", nodes=nodes), detail="steps")
+    if not size_only:
+        expect = ranks * (ranks - 1) / 2
+        assert all(v == expect for v in r.results), "all_reduce gave a wrong sum"
     return {"ranks": ranks, "sim_seconds": r.elapsed, **r.stats()}
 
 
 def bench_training(size_only: bool = True) -> dict:
     """The numeric training rank program (parallel/parallelize.py) at scale without data, or small with data."""
-    from .distributed.spawn import spawn
-    from .parallel.model.config import TransformerConfig, model_preset
-    from .parallel.parallelize import train
-    from .parallel.train_config import TrainConfig
+    from ..distributed.spawn import spawn
+    from ..parallel.model.config import TransformerConfig, model_preset
+    from ..parallel.parallelize import train
+    from ..parallel.train_config import TrainConfig
     if size_only:
         cfg = TrainConfig(model_preset("gpt3-1.3b"), tensor_model_parallel_size=2, sequence_parallel=True,
                           pipeline_model_parallel_size=4, data_parallel_size=8, global_batch_size=64,
@@ -133,7 +151,7 @@ STEP_CASES = {
 
 def bench_step(case: str) -> dict:
     """One training step of a scenario's layout with the step model (cluster built inside the timing)."""
-    from .parallel import StepModel, TrainingConfig, build_layout, model_preset
+    from ..parallel import StepModel, TrainingConfig, build_layout, model_preset
     preset, nodes, model, settings = STEP_CASES[case]
     cluster = build_cluster(preset, nodes=nodes)
     sim = StepModel(build_layout(model_preset(model), TrainingConfig(**settings), cluster.num_ranks), cluster)
@@ -144,8 +162,8 @@ def bench_step(case: str) -> dict:
 
 def bench_plan(case: str, jobs: int = 2) -> dict:
     """`simcomm plan` of a scenario on `jobs` local processes: layouts tried, fitting, simulated."""
-    from .parallel import TrainingConfig, model_preset
-    from .parallel.search import plan
+    from ..parallel import TrainingConfig, model_preset
+    from ..parallel.search import plan
     preset, nodes, model, settings = STEP_CASES[case]
     cluster = build_cluster(preset, nodes=nodes)
     res = plan(model_preset(model), TrainingConfig(**settings), cluster, jobs=jobs)
@@ -160,8 +178,11 @@ CASES = {
     **{f"ring-{n}": (lambda n=n: bench_ring(n)) for n in (8, 64, 512, 1024, 4096)},
     "allreduce-ring-1024": lambda: bench_allreduce(128, "ring"),
     "allreduce-hierarchical-1024": lambda: bench_allreduce(128, "hierarchical"),
-    "allreduce-hierarchical-16384": lambda: bench_allreduce(2048, "hierarchical"),
+    **{f"allreduce-{alg or 'auto'}-{8 * nodes}": (lambda nodes=nodes, alg=alg: bench_allreduce(nodes, alg))
+       for nodes in (512, 2048) for alg in ("ring", "tree", "hierarchical", None)},
     "rankprog-256": lambda: bench_rank_program(),
+    "rankprog-1024": lambda: bench_rank_program(1024),
+    "rankprog-sizeonly-16384": lambda: bench_rank_program(16384, size_only=True),
     "train-64": lambda: bench_training(size_only=True),
     "train-data-16": lambda: bench_training(size_only=False),
     "step-gpt3-175b-1024": lambda: bench_step("step-gpt3-175b-1024"),
@@ -169,12 +190,19 @@ CASES = {
     "plan-llama3-70b-1024": lambda: bench_plan("plan-llama3-70b-1024"),
 }
 DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allreduce-ring-1024",
-           "allreduce-hierarchical-1024", "rankprog-256", "train-64", "step-gpt3-175b-1024",
-           "step-llama3-405b-16384", "plan-llama3-70b-1024"]
+           "allreduce-hierarchical-1024", "allreduce-ring-4096", "allreduce-tree-4096",
+           "allreduce-hierarchical-4096", "allreduce-auto-4096", "allreduce-ring-16384", "allreduce-tree-16384",
+           "allreduce-hierarchical-16384", "allreduce-auto-16384", "rankprog-256", "rankprog-sizeonly-16384",
+           "train-64", "step-gpt3-175b-1024", "step-llama3-405b-16384", "plan-llama3-70b-1024"]
 
 
-# The issue's speed targets: (what, whether a row meets it). Reported, never asserted in unit tests.
+# The issues' speed targets: (what, whether a row meets it). Reported, never asserted in unit tests.
 TARGETS = {
+    **{f"allreduce-{alg}-4096": ("< 1.5 s wall", lambda r: r["wall_seconds"] < 1.5)
+       for alg in ("ring", "tree", "hierarchical", "auto")},
+    **{f"allreduce-{alg}-16384": ("< 5 s wall, < 1 GB", lambda r: r["wall_seconds"] < 5 and r.get("peak_mb", 0) < 1000)
+       for alg in ("ring", "tree", "hierarchical", "auto")},
+    "rankprog-sizeonly-16384": ("< 10 s wall", lambda r: r["wall_seconds"] < 10),
     "step-gpt3-175b-1024": ("< 2 s wall", lambda r: r["wall_seconds"] < 2),
     "step-llama3-405b-16384": ("< 5 s wall", lambda r: r["wall_seconds"] < 5),
     "plan-llama3-70b-1024": (">= 500 layouts, < 60 s wall on 2 cores",
@@ -182,41 +210,98 @@ TARGETS = {
 }
 
 
-def run(cases: list[str]) -> list[dict]:
+def run(cases: list[str], isolated: bool = False) -> list[dict]:
+    """One row per case: wall seconds and what the case reports; isolated: each case in a fresh process of its own
+    (no caches or memory carried over), with its peak memory (`peak_mb`, the process's maximum resident set)."""
     rows = []
     for name in cases:
-        wall, info = _timed(CASES[name])
-        row = {"case": name, "wall_seconds": wall, **info}
-        if name in TARGETS:
+        if isolated:
+            row = _run_isolated(name)
+        else:
+            wall, info = _timed(CASES[name])
+            row = {"case": name, "wall_seconds": wall, **info}
+        if name in TARGETS and "error" not in row:
             what, met = TARGETS[name]
             row.update(target=what, target_met=bool(met(row)))
         rows.append(row)
     return rows
 
 
+def _run_isolated(name: str) -> dict:
+    done = run_process([sys.executable, "-m", "simcomm", "bench", name, "--json", "--in-process"], timeout=1800)
+    try:
+        row = json.loads(done.out)[0]
+    except (ValueError, IndexError):
+        why = (done.err.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return {"case": name, "wall_seconds": done.wall_seconds, "sim_seconds": float("nan"), "error": why}
+    row["peak_mb"] = done.peak_mb
+    return row
+
+
+def _print_row(row: dict) -> None:
+    if "error" in row:
+        print(f"{row['case']:<30} failed: {row['error']}", flush=True)
+        return
+    peak = f"{row['peak_mb']:>8.0f}" if "peak_mb" in row else f"{'':>8}"
+    print(f"{row['case']:<30} {row['wall_seconds']:>8.3f} {peak} {row.get('events', 0):>9} "
+          f"{row.get('flows', 0):>11} {row.get('solves', 0):>7} {row['sim_seconds'] * 1e3:>9.3f} ms"
+          + (f"  {row['target']}: {'met' if row['target_met'] else 'NOT MET'}" if "target" in row else ""),
+          flush=True)
+
+
+def _peers(args) -> int:
+    """`simcomm bench smpi`: the peer comparison with SimGrid's SMPI (bench/smpi.py)."""
+    from . import smpi
+    try:
+        rows = smpi.compare(args.ranks, args.repeats,
+                            progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True)))
+    except FileNotFoundError as exc:
+        print(f"simcomm bench smpi: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'ranks':>6} {'simcomm s':>10} {'SMPI s':>8} {'ratio':>6} {'simcomm MB':>11} {'SMPI MB':>8} {'ratio':>6}"
+          f"  simulated us (simcomm / SMPI)")
+    for r in rows:
+        if "wall_ratio" not in r:
+            print(f"{r['ranks']:>6}  failed: {r.get('simcomm_error') or r.get('smpi_error')}")
+            continue
+        print(f"{r['ranks']:>6} {r['simcomm_wall_seconds']:>10.2f} {r['smpi_wall_seconds']:>8.2f} "
+              f"{r['wall_ratio']:>6.2f} {r['simcomm_peak_mb']:>11.0f} {r['smpi_peak_mb']:>8.0f} "
+              f"{r['memory_ratio']:>6.2f}  {r['simcomm_simulated_us']:.1f} / {r['smpi_simulated_us']:.1f}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="simcomm bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("cases", nargs="*", help=f"cases to run (default: {' '.join(DEFAULT)}; 'all' for every case)")
+    p.add_argument("cases", nargs="*", help=f"cases to run (default: {' '.join(DEFAULT)}; 'all' for every case; "
+                                            "'smpi' for the peer comparison with SimGrid)")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the cases in this process (default: each in a fresh process, with its peak memory)")
+    p.add_argument("--ranks", type=lambda v: tuple(int(x) for x in v.split(",")), default=(8, 64, 256, 1024),
+                   help="smpi: rank counts, comma-separated (default 8,64,256,1024)")
+    p.add_argument("--repeats", type=int, default=3, help="smpi: interleaved runs per side and rank count (median)")
     args = p.parse_args(argv)
+    if args.cases == ["smpi"]:
+        return _peers(args)
     cases = list(CASES) if args.cases == ["all"] else (args.cases or DEFAULT)
     unknown = [c for c in cases if c not in CASES]
     if unknown:
-        print(f"simcomm bench: unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}",
+        print(f"simcomm bench: unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)} (or smpi)",
               file=sys.stderr)
         return 2
     rows = []
     if not args.json:
-        print(f"{'case':<30} {'wall s':>8} {'events':>9} {'flows':>11} {'solves':>7} {'sim time':>12}  target")
+        print(f"{'case':<30} {'wall s':>8} {'peak MB':>8} {'events':>9} {'flows':>11} {'solves':>7} {'sim time':>12}"
+              "  target")
     for name in cases:
-        row = run([name])[0]
+        row = run([name], isolated=not args.in_process)[0]
         rows.append(row)
         if not args.json:
-            print(f"{row['case']:<30} {row['wall_seconds']:>8.3f} {row.get('events', 0):>9} "
-                  f"{row.get('flows', 0):>11} {row.get('solves', 0):>7} {row['sim_seconds'] * 1e3:>9.3f} ms"
-                  + (f"  {row['target']}: {'met' if row['target_met'] else 'NOT MET'}" if "target" in row else ""),
-                  flush=True)
+            _print_row(row)
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0

@@ -1,0 +1,95 @@
+"""The peer comparison: the same 4 MiB all-reduce program on SimGrid's SMPI and as a simcomm rank program.
+
+Both sides run as fresh processes (whole-process wall time, start-up included, as a user would see it), interleaved
+run by run so that a noisy machine slows both alike; each process's peak memory comes from the kernel (wait4).
+The programs and the platform generator live in the repository's benchmarks/smpi/: allreduce.c (built with
+smpicc), allreduce.py (the same program for simcomm) and star_platform.py (N hosts on one switch, 50 GB/s, 1 us
+per host link). Runs only where smpirun and smpicc are installed (Debian: libsimgrid-dev).
+"""
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .process import run_process
+
+RANKS = (8, 64, 256, 1024)
+COUNT = 1 << 20  # float32 elements: 4 MiB per rank
+
+
+def benchmark_folder() -> Path:
+    """benchmarks/smpi of the source tree simcomm runs from (a clone; the folder is not part of the wheel)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "benchmarks" / "smpi"
+        if (candidate / "allreduce.c").exists():
+            return candidate
+    raise FileNotFoundError("benchmarks/smpi/ (allreduce.c, allreduce.py, star_platform.py) was not found above "
+                            f"{here}: run `simcomm bench smpi` from a clone of the repository")
+
+
+def missing_tools() -> list[str]:
+    return [tool for tool in ("smpicc", "smpirun") if shutil.which(tool) is None]
+
+
+def _measure(cmd: list[str], cwd: Path, timeout: float) -> dict:
+    """Run one side once: wall seconds, peak MB, and what the program printed (simulated seconds, result)."""
+    done = run_process(cmd, cwd, timeout)
+    lines = [line.split() for line in done.out.splitlines() if line.startswith("simulated_seconds")]
+    if done.returncode != 0 or not lines:
+        why = f"timed out after {timeout:g} s" if done.timed_out else \
+            (done.err.strip().splitlines() or [f"exit code {done.returncode}"])[-1][:200]
+        return {"ok": False, "error": why}
+    _, sim, _, result = lines[-1]
+    return {"ok": True, "wall_seconds": done.wall_seconds, "peak_mb": done.peak_mb, "simulated_seconds": float(sim),
+            "result": float(result)}
+
+
+def compare(ranks=RANKS, repeats: int = 3, count: int = COUNT, timeout: float = 600.0, progress=None) -> list[dict]:
+    """One row per rank count: median wall seconds and peak MB of each side, their ratios, simulated times."""
+    missing = missing_tools()
+    if missing:
+        raise FileNotFoundError(f"{' and '.join(missing)} not found: install SimGrid (Debian: libsimgrid-dev)")
+    folder = benchmark_folder()
+    sys.path.insert(0, str(folder))
+    from star_platform import write_platform  # noqa: E402  (the benchmark folder's generator)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="simcomm-smpi-") as tmp:
+        tmp = Path(tmp)
+        binary = tmp / "allreduce"
+        subprocess.run(["smpicc", "-O2", str(folder / "allreduce.c"), "-o", str(binary)], check=True,
+                       capture_output=True)
+        for n in ranks:
+            xml, hosts = write_platform(n, tmp)
+            smpi = ["smpirun", "-np", str(n), "-platform", str(xml), "-hostfile", str(hosts),
+                    "--cfg=smpi/host-speed:1Gf", str(binary), str(count)]
+            ours = [sys.executable, str(folder / "allreduce.py"), str(n), str(count)]
+            runs = {"simcomm": [], "smpi": []}
+            for _ in range(repeats):  # interleaved
+                for side, cmd in (("simcomm", ours), ("smpi", smpi)):
+                    runs[side].append(_measure(cmd, tmp, timeout))
+                    if progress:
+                        progress(f"{side} {n} ranks: {runs[side][-1].get('wall_seconds', float('nan')):.2f} s")
+            rows.append(_summarise(n, runs))
+    return rows
+
+
+def _summarise(n: int, runs: dict) -> dict:
+    row = {"ranks": n}
+    for side, results in runs.items():
+        good = [r for r in results if r.get("ok")]
+        if not good:
+            row[f"{side}_error"] = results[-1].get("error", "failed")
+            continue
+        row[f"{side}_wall_seconds"] = statistics.median(r["wall_seconds"] for r in good)
+        row[f"{side}_peak_mb"] = statistics.median(r["peak_mb"] for r in good)
+        row[f"{side}_simulated_us"] = good[0]["simulated_seconds"] * 1e6
+        row[f"{side}_result"] = good[0]["result"]
+    if "simcomm_wall_seconds" in row and "smpi_wall_seconds" in row:
+        row["wall_ratio"] = row["simcomm_wall_seconds"] / row["smpi_wall_seconds"]
+        row["memory_ratio"] = row["simcomm_peak_mb"] / row["smpi_peak_mb"]
+    return row
