@@ -1,10 +1,13 @@
 """A ring's reduction computed straight from the ranks' own arrays, in the ring's order, at memory speed.
 
-In a ring reduce-scatter, chunk j starts as rank order[j, 0]'s slice and travels on: each rank it reaches
-combines its own slice with the partial sum it received, acc = combine(local, acc). fold() computes exactly that,
-step by step, with one numpy call per (step, rank) over the chunks the rank holds at that step, reading every
-rank's data once and writing only the result: no stacked copy of all ranks' data, no padding. The plans keep
-their step-by-step numerics for stacked rows; tests check both give the same bits.
+In a ring reduce-scatter each chunk starts as one rank's slice and travels around the ring: every rank it reaches
+combines its own slice with the partial result it received, acc = combine(local, acc). For a chunk that starts at
+ring position q the ranks are those at positions q, q+1, ..., n-1, then 0, ..., q-1. fold() reproduces exactly
+that order with two sweeps over the positions: the first adds position p to every chunk that started at or
+before p (a chunk starting at p takes a copy), the second adds position p to every chunk that starts after p.
+Chunks of one ring that start next to each other lie next to each other in memory, so each position costs a
+numpy call or two over long contiguous ranges: every rank's data is read once, only the result is written, and
+nothing is stacked or padded. tests/algorithms/test_fold.py checks it against the plans' step-by-step numerics.
 """
 from __future__ import annotations
 
@@ -15,43 +18,35 @@ import numpy as np
 Combine = Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (local, incoming, out): out = local (op) incoming
 
 
-def fold(sources: list[np.ndarray], count: int, per: int, order: np.ndarray, combine: Combine) -> np.ndarray:
-    """The (count,) result of reducing chunk j (elements [j * per, (j + 1) * per) of every source, cut at count)
-    along the ranks order[j, 0], order[j, 1], ...: acc = sources[order[j, 0]]; acc = combine(local, acc) for the
-    rest. order is (chunks, n) with each step's column a list of ranks; chunks past count are ignored."""
+def fold(sources: list[np.ndarray], count: int, per: int, rings: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+         combine: Combine) -> np.ndarray:
+    """The (count,) result of the rings' reductions. Chunk j is elements [j * per, (j + 1) * per) of every
+    source, cut at count. Each ring is (ranks by position, its chunks, each chunk's start position)."""
     out = np.empty(count, dtype=sources[0].dtype)
     if count == 0 or per == 0:
         return out
-    chunks = min(len(order), -(-count // per))
-    full = min(chunks, count // per)  # chunks wholly inside the buffer: one 2-D view per rank
-    if full:
-        views = [src[:full * per].reshape(full, per) for src in sources]
-        _fold_rows(views, out[:full * per].reshape(full, per), order[:full], combine)
-    if chunks > full:  # the last, short chunk
-        lo = full * per
-        views = [src[lo:count].reshape(1, -1) for src in sources]
-        _fold_rows(views, out[lo:count].reshape(1, -1), order[full:full + 1], combine)
+    for ranks, chunks, starts in rings:
+        for first_sweep in (True, False):
+            for p, rank in enumerate(np.asarray(ranks).tolist()):
+                if first_sweep:
+                    _apply(sources[rank], out, chunks[starts == p], per, count, None)
+                    _apply(sources[rank], out, chunks[starts < p], per, count, combine)
+                else:
+                    _apply(sources[rank], out, chunks[starts > p], per, count, combine)
     return out
 
 
-def _fold_rows(views: list[np.ndarray], acc: np.ndarray, order: np.ndarray, combine: Combine) -> None:
-    chunks, steps = order.shape
-    for s in range(steps):
-        ranks = order[:, s]
-        if chunks == 1 or len(np.unique(ranks)) == chunks:  # one chunk per rank: plain views, in place
-            for j, k in enumerate(ranks.tolist()):
-                if s == 0:
-                    acc[j] = views[k][j]
-                else:
-                    combine(views[k][j], acc[j], acc[j])
+def _apply(src: np.ndarray, out: np.ndarray, chunks: np.ndarray, per: int, count: int, combine) -> None:
+    """out = src on these chunks (combine None) or out = combine(src, out), one call per contiguous run."""
+    if not len(chunks):
+        return
+    chunks = np.sort(chunks)
+    breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
+    for run in np.split(chunks, breaks):
+        lo, hi = int(run[0]) * per, min((int(run[-1]) + 1) * per, count)
+        if lo >= hi:
             continue
-        by_rank = np.argsort(ranks, kind="stable")
-        bounds = np.flatnonzero(np.diff(ranks[by_rank])) + 1
-        for idx in np.split(by_rank, bounds):
-            k = int(ranks[idx[0]])
-            if s == 0:
-                acc[idx] = views[k][idx]
-            else:
-                part = acc[idx]
-                combine(views[k][idx], part, part)
-                acc[idx] = part
+        if combine is None:
+            out[lo:hi] = src[lo:hi]
+        else:
+            combine(src[lo:hi], out[lo:hi], out[lo:hi])

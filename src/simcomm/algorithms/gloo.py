@@ -201,9 +201,10 @@ def gloo_all_reduce(coll: Collective, buf: Buffers):
         sources = [src.view(real) for src in buf.sources]
         count = _real(None, coll, coll.count)[1]
         per = segmentation(count, n, real.itemsize)[2]
-        chunk = np.arange(n)[:, None]
-        order = (chunk - 1 - np.arange(n)[None, :]) % n  # chunk c: ranks c-1, c-2, ..., c
-        result = fold(sources, count, per, order, _gloo_into(buf.op)).view(coll.dtype)
+        # Chunk c is reduced over ranks c-1, c-2, ..., c: the ring n-1, n-2, ..., 0 from position n - c.
+        chunks = np.arange(n)
+        ring = [(n - 1 - chunks, chunks, (n - chunks) % n)]
+        result = fold(sources, count, per, ring, _gloo_into(buf.op)).view(coll.dtype)
         buf.rows = np.broadcast_to(result, (n, coll.count))
         return
     work = yield from _ring(coll, buf, 1, coll.count, "all_reduce", gather=True)

@@ -93,10 +93,9 @@ def ring_all_reduce(coll: Collective, buf: Buffers, orders: np.ndarray | None = 
         yield step(src_f, dst_f, nbytes, reduce=True, label="reduce-scatter", weight=weight, chains=chains,
                    repeat=n - 1)
         yield step(src_f, dst_f, nbytes, label="all-gather", weight=weight, chains=chains, repeat=n - 1)
-        order = np.empty((channels * n, n), dtype=np.int64)
-        for c in range(channels):  # block chunk_of[q] of channel c starts at ring position q
-            order[c * n + chunk_of] = orders[c][(np.arange(n)[:, None] + np.arange(n)[None, :]) % n]
-        result = fold(buf.sources, coll.count, per, order, lambda a, b, out: combine(buf.op, a, b, out=out))
+        # Channel c's block chunk_of[q] starts at position q of the channel's ring and goes round it.
+        rings = [(orders[c], c * n + chunk_of, np.arange(n)) for c in range(channels)]
+        result = fold(buf.sources, coll.count, per, rings, lambda a, b, out: combine(buf.op, a, b, out=out))
         buf.rows = np.broadcast_to(result, (n, coll.count))
         return
     x = _chunked(buf.rows, channels * n, per).reshape(n, channels, n, per) if buf.live else None
