@@ -22,7 +22,6 @@ bandwidth, like every plan; the steady state's identical stages are timed in clo
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 

@@ -1,8 +1,8 @@
 """Picks algorithm and protocol by predicted time, the way NCCL's tuner does (docs/model.md says what it follows).
 
-time = the algorithm's own prediction of its simulated plan (algorithms/<name>.py: the ring's and the double
-tree's lockstep and latency chains, NCCL's formula for NVLS and the chains, alpha-beta step models for the rest,
-all fed by the cluster's figures through cost.CostModel), plus the reductions a device cannot fuse into its
+time = the algorithm's own prediction of its simulated plan (algorithms/<name>.py: the lockstep stages and latency
+chains of the ring, the double tree and the pipelined chains, NCCL's formula for NVLS, alpha-beta step models for
+the rest, all fed by the cluster's figures through cost.CostModel), plus the reductions a device cannot fuse into its
 transfers (gloo-style CPU ranks reduce after receiving: the busiest rank's reduced bytes, read twice and written
 once at memory speed; NCCL fuses them: nothing). Protocols are the simulation's own (protocols.py, with the
 cluster's tuning): LL moves half its wire bytes, LL128 0.92, Simple 1; NCCL's llMaxBw cap on LL is not applied,
