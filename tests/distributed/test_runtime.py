@@ -1,5 +1,6 @@
 """The rank runtime never hangs: polling advances time, aborts raise at once, bad sleeps are refused (issue 13)."""
 import datetime
+import threading
 import time
 
 import numpy as np
@@ -154,3 +155,44 @@ def test_every_call_after_an_abort_raises_at_once():
 def test_spawn_checks_nprocs(nprocs):
     with pytest.raises(simcomm.SimcommError, match="nprocs"):
         simcomm.spawn(lambda rank: None, nprocs=nprocs)
+
+
+@pytest.mark.parametrize("program, message", [
+    (lambda: (clock.sleep(1e308), clock.sleep(1e308)),
+     r"rank 0: sleep\(1e\+308\) starting at t=1e\+308 s would end at t=inf s; simulated time must stay finite"),
+    (lambda: clock.sleep(10 ** 400), r"rank 0: sleep\(<a 1329-bit whole number>\) starting at t=0 s would end at "
+                                     r"t=inf s"),
+    (lambda: (clock.compute(seconds=1e308, wait=False), clock.compute(seconds=1e308)),
+     r"rank 0: compute\(flops=0.0, seconds=1e\+308\) starting at t=1e\+308 s would end at t=inf s"),
+    (lambda: clock.compute(flops=10 ** 400), r"rank 0: compute\(flops=<a 1329-bit whole number>, seconds=0.0\) "
+                                            r"starting at t=0 s would end at t=inf s")])
+def test_work_that_would_end_at_an_infinite_time_is_refused_naming_the_rank_and_call(program, message):
+    """Each length is finite, the time it reaches is not (issue 13: the run ended as a 'deadlock at t=inf')."""
+    def fn(rank):
+        if rank == 0:
+            program()
+        dist.barrier()
+
+    with pytest.raises(simcomm.DistError, match=message):
+        run(fn)
+
+
+def test_a_thread_the_os_refuses_ends_the_run_cleanly_and_releases_the_others(monkeypatch):
+    """The OS refuses the 4th rank thread: a SimcommError saying so, no rank program ran, the 3 threads started
+    are released (they used to stay blocked for good) and the thread stack size is restored."""
+    real_start, started, ran = threading.Thread.start, [], []
+
+    def start(self):
+        if self.name.startswith("simcomm-rank-"):
+            if len(started) == 3:
+                raise RuntimeError("can't start new thread")
+            started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    stack = threading.stack_size()
+    with pytest.raises(simcomm.SimcommError, match=r"could not start 8 rank threads \(3 started: can't start new "
+                                                   r"thread\); simulate fewer ranks"):
+        run(lambda rank: ran.append(rank), nprocs=8)
+    assert len(started) == 3 and not any(t.is_alive() for t in started) and ran == []
+    assert threading.stack_size() == stack

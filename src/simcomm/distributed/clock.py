@@ -29,7 +29,29 @@ def sleep(seconds: float) -> None:
     rt, me = current()
     if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not 0 <= seconds < math.inf:
         raise DistError(f"rank {me}: sleep({seconds!r}): the length must be a finite number of seconds >= 0")
-    rt.wait(me, rt.env.timeout(float(seconds)), f"sleep({seconds:g} s)")
+    length = _float(seconds)
+    _finite_end(me, f"sleep({_shown(seconds)})", rt.env.now, length)
+    rt.wait(me, rt.env.timeout(length), f"sleep({length:g} s)")
+
+
+def _float(x) -> float:
+    try:
+        return float(x)
+    except OverflowError:  # a whole number beyond any float
+        return math.inf
+
+
+def _shown(x) -> str:
+    """A number as a message shows it, bounded (a whole number beyond any float by its size)."""
+    return repr(_float(x)) if _float(x) < math.inf else f"<a {int(x).bit_length()}-bit whole number>"
+
+
+def _finite_end(me: int, call: str, start: float, length: float) -> None:
+    """Refuse work that would end at a time that is not finite (each length may be finite, their sum not)."""
+    end = start + length
+    if not end < math.inf:
+        raise DistError(f"rank {me}: {call} starting at t={start!r} s would end at t={end!r} s; simulated time "
+                        "must stay finite")
 
 
 def current_tags() -> Mapping:
@@ -59,6 +81,12 @@ def compute(flops: float = 0.0, seconds: float = 0.0, label: str = "compute", ta
     after it, and every collective or send the rank starts waits for it, as NCCL kernels wait on the compute
     stream. `synchronize()` waits for it (torch.cuda.synchronize)."""
     rt, me = current()
+    amounts = (flops, seconds)
+    if all(isinstance(x, numbers.Real) and not isinstance(x, bool) and 0 <= x < math.inf for x in amounts):
+        device = rt.sim.compute  # the work starts when the device is free (after this rank's queued compute)
+        length = _float(flops) / device.rate + _float(seconds)
+        _finite_end(me, f"compute(flops={_shown(flops)}, seconds={_shown(seconds)})",
+                    max(rt.env.now, float(device.free_at[me])), length)
     all_tags = {**rt.tags.get(me, NO_TAGS), **(tags or {})}
     done = rt.services["session"].compute([me], flops, seconds, label=label, tags=all_tags)
     if wait:

@@ -21,9 +21,11 @@ class CountingEnvironment(simpy.Environment):
         self.scheduled = 0
 
     def schedule(self, event, priority=1, delay=0):
-        if not delay < _INF:  # nan or inf: the event could never be ordered in time (nan breaks the heap)
-            raise SimcommError(f"the simulation was asked to schedule an event at t={self.now!r} + {delay!r} s: a "
-                               "figure or an amount that is not finite (or too large) reached the engine")
+        if not self._now + delay < _INF:  # nan or inf (also a finite delay that overflows the clock): such an
+            # event could never be ordered in time (nan breaks the heap; at inf the run would end as a deadlock)
+            raise SimcommError(f"the simulation was asked to schedule an event at t={self._now!r} + {delay!r} s = "
+                               f"{self._now + delay!r} s: a figure or an amount that is not finite (or too large) "
+                               "reached the engine")
         self.scheduled += 1
         super().schedule(event, priority, delay)
 
