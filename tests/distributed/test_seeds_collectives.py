@@ -659,7 +659,7 @@ def test_bitwise_and_bool_reductions():
         dist.all_reduce(t, op=dist.ReduceOp.BOR)
         a = np.array([0b1110 | (1 << rank)], dtype=np.uint8)
         dist.all_reduce(a, op=dist.ReduceOp.BAND)
-        x = np.array([rank], dtype=np.int16)
+        x = np.array([rank], dtype=np.int64)  # gloo has no int16 collectives
         dist.all_reduce(x, op=dist.ReduceOp.BXOR)
         flags = np.array([rank == 2, False])
         dist.all_reduce(flags)  # SUM on bool is a logical or

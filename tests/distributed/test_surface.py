@@ -186,3 +186,64 @@ def test_new_subgroups_zero_says_zero():
 
     with pytest.raises(dist.DistError, match=r"The arg 'group_size' \(0\) must be positive"):
         run(fn, nprocs=8)
+
+
+def test_integer_tensors_are_ranks_as_in_torch():
+    """torch accepts src=torch.tensor(0) (checked with gloo: broadcast, reduce, send, recv, group ranks); simcomm
+    takes every one-element integer tensor or array and refuses float and bool ones (torch would truncate)."""
+    import torch
+
+    def fn(rank):
+        t = torch.full((2,), float(rank))
+        dist.broadcast(t, src=torch.tensor(1))
+        dist.reduce(t, dst=np.array([0]))
+        if rank == 0:
+            dist.send(t, dst=torch.tensor([1]), tag=torch.tensor(3))
+        else:
+            dist.recv(t, src=torch.tensor(0, dtype=torch.uint8), tag=3)
+        g = dist.new_group([torch.tensor(0), np.int16(1)])
+        sizes = [torch.tensor(1), np.int64(1)]
+        out = np.zeros(2)
+        dist.all_to_all_single(out, np.array([rank, rank + 10.0]), sizes, sizes)
+        errors = []
+        for bad in (torch.tensor(0.0), torch.tensor(True), torch.tensor([0, 1]), np.array(1.0)):
+            try:
+                dist.broadcast(t, src=bad)
+            except dist.DistError as exc:
+                errors.append(str(exc))
+        return (t.tolist(), dist.get_global_rank(g, torch.tensor(1)), dist.get_group_rank(g, np.int8(1)),
+                out.tolist(), errors)
+
+    res = run(fn).results
+    assert res[1][:4] == ([2.0, 2.0], 1, 1, [10.0, 11.0])
+    assert res[0][3] == [0.0, 1.0]
+    assert res[1][4] == [f"src must be an integer, got {v}" for v in
+                         ("tensor(0.)", "tensor(True)", "tensor([0, 1])", "array(1.)")]
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint16", "uint32", "uint64", "float8_e4m3fn"])
+def test_gloo_collectives_refuse_the_dtypes_torchs_gloo_cannot_carry(dtype):
+    """Measured with torch 2.13 on gloo: every collective of these dtypes raises "Invalid scalar type" (gather
+    also for complex); send and recv carry them. NCCL carries them all."""
+    import torch
+
+    def fn(rank):
+        t = torch.zeros(2, dtype=getattr(torch, dtype))
+        if rank == 0:
+            dist.send(t, dst=1)
+        else:
+            dist.recv(t, src=0)
+        errors = []
+        for call in (lambda: dist.broadcast(t, src=0), lambda: dist.all_gather_into_tensor(torch.cat([t, t]), t),
+                     lambda: dist.gather(torch.zeros(2, dtype=torch.complex64),
+                                         [torch.zeros(2, dtype=torch.complex64)] * 2 if rank == 0 else None)):
+            try:
+                call()
+            except dist.DistError as exc:
+                errors.append(":".join(str(exc).split(":")[:3]))
+        return errors
+
+    assert run(fn, cluster="cpu-host").results[1] == [f"rank 1: broadcast: Invalid scalar type {dtype}",
+                                                      f"rank 1: all_gather: Invalid scalar type {dtype}",
+                                                      "rank 1: gather: Invalid scalar type complex64"]
+    assert run(fn, cluster="hgx-h100").results == [[], []]

@@ -103,6 +103,18 @@ def get_backend(group=None) -> str:
     return "gloo" if rt.sim.cluster.device.kind == "cpu" else "nccl"
 
 
+def backend_rules(numerics: str) -> str:
+    """Whose argument rules the calling rank's collectives follow, "gloo" or "nccl": the backend it asked
+    init_process_group for (from a list such as "cpu:gloo,cuda:nccl", the one for the cluster's devices), else
+    the run's numerics (which follow the cluster's devices unless a scenario says otherwise)."""
+    rt, me = current()
+    asked = rt.services.get("backends", {}).get(me, "")
+    if ":" in asked:
+        device = "cpu" if rt.sim.cluster.device.kind == "cpu" else "cuda"
+        asked = dict(p.split(":", 1) for p in asked.split(",") if ":" in p).get(device, "")
+    return asked if asked in ("gloo", "nccl") else numerics
+
+
 def get_rank(group=None) -> int:
     """This rank's rank in group (global by default); -1 if it is not a member."""
     rt, me = current()
@@ -127,7 +139,7 @@ def _registered(group) -> ProcessGroup:
 
 def get_group_rank(group, global_rank: int) -> int:
     g = _registered(group)
-    r = g.rank_of(global_rank)
+    r = g.rank_of(as_rank(global_rank, "global_rank"))
     if r < 0:
         raise DistError(f"Global rank {global_rank} is not part of group {g.name}")
     return r
@@ -135,6 +147,7 @@ def get_group_rank(group, global_rank: int) -> int:
 
 def get_global_rank(group, group_rank: int) -> int:
     g = _registered(group)
+    group_rank = as_rank(group_rank, "group_rank")
     if not 0 <= group_rank < g.size():
         raise DistError(f"Group rank {group_rank} is not part of group {g.name}")
     return g.ranks[group_rank]

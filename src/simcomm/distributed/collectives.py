@@ -14,10 +14,17 @@ import numpy as np
 from ..algorithms import Buffers, ReduceOp
 from ..algorithms.reduce_ops import as_reduce_op, check_op, premultiply
 from ..errors import AlgorithmError, DistError
-from .api import resolve_group, resolve_peer
+from .api import backend_rules, resolve_group, resolve_peer
+from .groups import as_rank
 from .runtime import current
 from .tensors import Arg, tensor_arg, write
 from .work import Work
+
+
+# Dtypes every collective of torch 2.13's ProcessGroupGloo refuses ("Invalid scalar type"; measured for the 16- and
+# unsigned 32/64-bit integers and float8_e4m3fn/e5m2; the other fp8 types are not in gloo's type list either).
+GLOO_NO_DTYPES = ("int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                  "float8_e5m2fnuz", "float8_e8m0fnu")
 
 
 def _start(kind: str, group, signature: dict, payload, runner, async_op: bool, outputs=None):
@@ -28,6 +35,11 @@ def _start(kind: str, group, signature: dict, payload, runner, async_op: bool, o
         warnings.warn(f"Running {kind} on global rank {me} which does not belong to the given group.",
                       stacklevel=3)
         return None
+    dtype = signature.get("dtype", "")
+    if _rules() == "gloo" and (dtype in GLOO_NO_DTYPES or (kind == "gather" and dtype.startswith("complex"))):
+        raise DistError(f"rank {me}: {kind}: Invalid scalar type {dtype}: torch's gloo collectives take bool, "
+                        "uint8, int8, int32, int64, float16, bfloat16, float32, float64 and complex tensors (gather: "
+                        "no complex); send and recv take any dtype")
     done, describe = rt.services["collectives"].arrive(me, g, kind, signature, payload, runner,
                                                        tags=rt.tags.get(me))
     if async_op:
@@ -95,13 +107,26 @@ def _check_op(op, a: Arg, call: str) -> ReduceOp:
     except ValueError as exc:
         raise DistError(f"rank {me}: {call}: {exc}") from None
     like = a.dtype.numpy or ("complex64" if a.dtype.name == "complex32" else "float16")  # for the dtype rules
+    backend = _rules()
     try:
-        check_op(op, np.dtype(like), "gloo" if _numerics() == "gloo" else "nccl", process_group=True)
+        check_op(op, np.dtype(like), backend, process_group=True)
     except AlgorithmError as exc:
         raise AlgorithmError(f"rank {me}: {call}: {exc}") from None
-    if a.data is not None and a.data.dtype.kind == "b" and op.name == "PREMUL_SUM":
-        raise DistError(f"rank {me}: {call}: ReduceOp.PREMUL_SUM does not apply to bool tensors")
+    if op.name == "PREMUL_SUM" and a.dtype.name not in PREMUL_DTYPES:
+        raise AlgorithmError(f"rank {me}: {call}: PreMulSum Data type must be half, float, bfloat16 or double "
+                             f"(ProcessGroupNCCL; complex tensors count as their real parts), got {a.dtype.name}")
     return op
+
+
+# ProcessGroupNCCL's PREMUL_SUM dtypes (NCCL's ncclRedOpCreatePreMulSum); complex tensors are reduced as their
+# real views (view_as_real), so they pass too.
+PREMUL_DTYPES = ("float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128")
+
+
+def _rules() -> str:
+    """"gloo" or "nccl": whose argument rules this rank's calls follow (the backend it asked for, see
+    api.backend_rules)."""
+    return backend_rules("gloo" if _numerics() == "gloo" else "nccl")
 
 
 # ---- reductions ------------------------------------------------------------------------------------------
@@ -383,7 +408,7 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
             if t.dtype != ins[0].dtype or (t.data is None) != (ins[0].data is None):
                 raise DistError(f"rank {me}: {call}: Invalid usage of tensors with different dtypes: {name}[{i}] "
                                 f"is {t.describe()}, input_tensor_list[0] is {ins[0].describe()}")
-            if _numerics() == "gloo" and t.shape != lst[0].shape:
+            if _rules() == "gloo" and t.shape != lst[0].shape:
                 raise DistError(f"rank {me}: ProcessGroupGloo::alltoall: invalid tensor size at index {i} "
                                 f"(expected {lst[0].shape}, got {t.shape})")
     return _all_to_all(g, group, ins[0], [t.numel for t in ins], [t.numel for t in outs],
@@ -413,9 +438,13 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
             if dim0 % n:
                 raise DistError(f"rank {me}: {call}: {name} dim 0 ({dim0}) is not divisible by group size {n}")
             sizes = [dim0 // n] * n
-        sizes = list(sizes)
-        if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in sizes):
-            raise DistError(f"rank {me}: {call}: {name}_split_sizes must be whole numbers >= 0, got {sizes}")
+        given = list(sizes)
+        try:
+            sizes = [as_rank(s, "") for s in sizes]  # integer-likes, as ranks are
+        except DistError:
+            sizes = None
+        if sizes is None or any(s < 0 for s in sizes):
+            raise DistError(f"rank {me}: {call}: {name}_split_sizes must be whole numbers >= 0, got {given}")
         if len(sizes) != n or sum(sizes) != dim0:
             raise DistError(f"rank {me}: {call}: {name}_split_sizes {sizes} must have {n} entries summing to dim 0 "
                             f"({dim0})")

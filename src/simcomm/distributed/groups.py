@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,10 +53,17 @@ NON_GROUP_MEMBER = _NonMember()
 
 
 def as_rank(value, what: str) -> int:
-    """An integer-like rank (int, numpy integer: torch accepts both) as int; a DistError naming `what` for floats,
-    bools and anything else."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+    """An integer-like rank as int: int, numpy integer, or a one-element integer array or tensor (torch.tensor(0);
+    torch accepts each); a DistError naming `what` for bools, floats (torch's float tensors included, which torch
+    would truncate) and anything else."""
+    dtype = str(getattr(value, "dtype", ""))
+    if isinstance(value, (bool, np.bool_)) or dtype in ("bool", "torch.bool"):
         raise DistError(f"{what} must be an integer, got {value!r}")
+    if not isinstance(value, numbers.Integral):
+        try:
+            return operator.index(value.reshape(()) if getattr(value, "size", None) == 1 and dtype else value)
+        except (TypeError, ValueError, RuntimeError):
+            raise DistError(f"{what} must be an integer, got {value!r}") from None
     return int(value)
 
 

@@ -91,7 +91,7 @@ class CollectiveRendezvous:
         sides = _sides(call)
         if len(sides) > 1:
             blamed = sorted(r for _, rs in sides[1:] for r in rs)
-            parts = [f"{_ranks(rs)} called {text}" for text, rs in sides]
+            parts = [f"{_ranks(rs)} called {text}{self._handling(rs)}" for text, rs in sides]
             self._fail(call, MismatchError(f"{_ranks(blamed)}: collective mismatch on {call.group.name} at call "
                                            f"#{call.index + 1}: " + "; ".join(parts)))
             return
@@ -105,6 +105,18 @@ class CollectiveRendezvous:
         finally:
             self.rt.services.pop("launch_tags", None)
             self.rt.services.pop("launch_after", None)
+
+    def _handling(self, ranks) -> str:
+        """' (rank r while handling E: message; ...)' for ranks that made the call from cleanup code, so the error
+        that led them there shows in the message (as in a deadlock report), not only in __context__."""
+        notes = []
+        for r in sorted(ranks):
+            exc = self.rt.handling(r)
+            if exc is not None:
+                text = str(exc)
+                notes.append(f"rank {r} while handling {type(exc).__name__}: "
+                             + (text if len(text) <= 200 else text[:197] + "..."))
+        return f" ({'; '.join(notes)})" if notes else ""
 
     @staticmethod
     def _fail(call: _Call, error: BaseException) -> None:

@@ -103,6 +103,13 @@ class RankRuntime:
         self.waiting.pop(rank, None)
         return event.processed
 
+    def handling(self, rank: int) -> BaseException | None:
+        """The exception rank is handling (cleanup code in except/finally): the calling rank's own now, a blocked
+        rank's when it blocked."""
+        if getattr(_local, "runtime", None) is self and _local.rank == rank:
+            return sys.exc_info()[1]
+        return self._handling.get(rank) if rank in self.waiting else None
+
     def _note_handling(self, rank: int) -> None:
         """Remember the exception rank is handling while it blocks (cleanup code in except/finally), for reports."""
         exc = sys.exc_info()[1]
