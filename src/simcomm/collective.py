@@ -81,18 +81,19 @@ def sizes_between(begin: int, end: int, factor: float = 2.0, increment: int | No
     if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not math.isfinite(factor) \
             or not factor > 1:
         raise SimcommError(f"the size factor must be a finite number > 1, got {factor!r}")
+    shown = f"{factor:g}" if float(f"{factor:g}") == factor else repr(float(factor))  # as given: 1.0000001, not 1
     out, s = [], begin
     while True:
         out.append(s)
         if len(out) > limit:
-            raise SimcommError(f"{begin}..{end} with factor {factor:g} is more than {limit} sizes "
+            raise SimcommError(f"{begin}..{end} with factor {shown} is more than {limit} sizes "
                                "(use a larger factor)")
         grown = s * factor  # a float; may be inf for a huge factor, which simply ends the series
         if grown > end:
             return out
         nxt = math.floor(grown)
         if nxt <= s:
-            raise SimcommError(f"factor {factor:g} does not grow the size {s} B ({s} x {factor:g} rounds down to "
+            raise SimcommError(f"factor {shown} does not grow the size {s} B ({s} x {shown} rounds down to "
                                f"{nxt}); use a factor of at least {(s + 1) / s:.4g} or a larger begin")
         s = nxt
 

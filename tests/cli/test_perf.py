@@ -262,6 +262,22 @@ def test_usage_errors_exit_2_without_traceback(capsys, argv, needle):
     assert code == 2 and needle in err and "Traceback" not in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["-b", "8", "-e", "64", "-f", "1.0000001"], "-b 8 -e 64 -f 1.0000001: factor 1.0000001 does not grow the size 8 "
+                                                "B (8 x 1.0000001 rounds down to 8)"),
+    (["-b", "8", "-e", "1e300", "-f", "2"], "-e 1e300: expected at most 2**63 - 1 bytes (8 EiB)"),
+    (["-b", "1e300", "-e", "1e300"], "-b 1e300: expected at most 2**63 - 1 bytes (8 EiB)"),
+    (["-b", "8", "-e", "100G", "-f", "2"], "-e 100G: 100 GiB is more than one device of hgx-h100 holds (80 GiB)"),
+    (["-b", "8", "-e", "17G", "-f", "2", "--cluster", "cpu-host", "-g", "2"],
+     "-e 17G: 17 GiB is more than one device of cpu-host holds (16 GiB)")])
+def test_sizes_and_factors_are_said_as_given_and_bounded(capsys, argv, message):
+    """Issue 13: -f 1.0000001 was reported as 'factor 1'; -e 1e300 printed 300-digit numbers (and then a
+    traceback): sizes beyond 2**63 or one device's memory are refused, named as the flag was given."""
+    code, out, err = run(capsys, "perf", *argv)
+    assert code == 2 and err.startswith(f"simcomm: error: {message}"), err
+    assert err.count("\n") == 1 and max(map(len, err.split())) < 40, err
+
+
 def test_f_1_1_does_not_hang_from_the_command_line():
     """Issue 13: `simcomm perf -b 8 -e 64 -f 1.1` looped forever with growing memory."""
     proc = subprocess.run([sys.executable, "-m", "simcomm", "perf", "-b", "8", "-e", "64", "-f", "1.1"],

@@ -126,6 +126,35 @@ def test_program_must_exist():
     assert "expected 'package.module:function'" in str(error(text.replace("no_such_module_x:run", "nocolon")))
 
 
+def test_a_program_on_more_ranks_than_spawn_takes_fails_validation():
+    """Issue 13: a program scenario on 3,000 nodes passed validate and failed only at run (simcomm.spawn's limit);
+    validate applies the same limit."""
+    text = "cluster: {preset: hgx-h100, nodes: 3000}\nworkload:\n  kind: program\n  program: " \
+           "simcomm.workloads.programs:allreduce_check\n"
+    e = error(text)
+    assert e.path == "workload" and e.line == 2
+    assert "a rank program runs one thread per rank, at most 16,384; the cluster has 24,000 ranks: give " \
+           "workload.ranks or use fewer nodes" in str(e)
+    assert load_text(text + "  ranks: 8\n").scenario.workload.ranks == 8
+
+
+@pytest.mark.parametrize("text, path", [
+    ("outputs: 5\n", "outputs"), ("model: [1]\n", "model"), ("sweep: x\n", "sweep"),
+    ("cluster: {preset: hgx-h100, overrides: 3}\n", "cluster.overrides")])
+def test_a_value_that_should_be_a_mapping_is_said_so_in_plain_words(text, path):
+    """pydantic's 'a valid dictionary or instance of Outputs' (and 'or object to extract fields from') leaked into
+    messages."""
+    src = BASE.replace("cluster:\n  preset: hgx-h100\n", "") if text.startswith("cluster") else BASE
+    e = error(src + text)
+    assert e.path == path and "expected a mapping, found " in str(e)
+    assert "valid dictionary" not in str(e) and "instance of" not in str(e)
+
+
+def test_a_string_too_short_is_said_in_plain_words():
+    e = error(BASE + "name: ''\n")
+    assert e.path == "name" and "name: expected at least 1 character(s), found ''" in str(e)
+
+
 def test_ranks_must_fit_the_cluster():
     e = error(BASE + "  ranks: 9\n")
     assert e.path == "workload.ranks" and "expected at most 8 ranks" in str(e) and e.line == 6

@@ -6,10 +6,16 @@ Mutations: bad values, deleted, renamed and added keys, damaged text, YAML alias
 at every numeric key (numbers, and sizes, rates and times with units). Each case runs under a watchdog: a
 hang is a failure.
 
+A mutated scenario that passes validation is also run (`simcomm run` without writing files; see `runnable` for
+the few that are not): it must end with finite numbers and a report, or with a SimcommError that is not a rank's
+raw exception (a value that validation lets through must not hang, give nan or a traceback at run time).
+
 A few hundred cases run in CI; `pytest -m fuzz tests/scenario` runs 10,000.
 """
 from __future__ import annotations
 
+import math
+import re
 import threading
 from pathlib import Path
 
@@ -19,9 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from simcomm import RankFailed, SimcommError
+from simcomm.report.json_out import result_json
+from simcomm.report.table import render
 from simcomm.scenario import ScenarioError, load_text
 from simcomm.scenario.loader import dotted
 from simcomm.scenario.schema import Scenario
+from simcomm.workloads import report_blocks, run_scenario, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = {p.name: p.read_text() for p in sorted((ROOT / "scenarios").glob("*.yaml"))}
@@ -39,6 +49,12 @@ HUGE_AND_FRACTIONAL = st.sampled_from([
     float("inf"), -1e308])
 UNIT_NUMBERS = st.sampled_from(["1e300", "1e-300", "0.5", "1.0000001", "99999999999999999999", "1e18", "0.0001"])
 CASE_LIMIT_S = 30.0
+RUN_MAX_RANKS = 64
+# The shipped programs' own arguments, as the files give them.
+PROGRAM_ARGS = {d["workload"]["program"]: d["workload"].get("args", []) for d in DATA.values()
+                if d["workload"].get("kind") == "program"}
+CHECKED_PROGRAMS = {"simcomm.workloads.programs:allreduce_check"}  # programs that check their own arguments
+RUN: dict = {"run": 0, "skipped": 0}
 
 
 def paths(obj, prefix=()):
@@ -167,10 +183,51 @@ def check(case) -> None:
         raise box["error"]
 
 
+def runnable(loaded) -> bool:
+    """Whether a valid mutated scenario is run too. Not run: clusters of more than RUN_MAX_RANKS ranks (a rank
+    program runs a thread per rank, and a step model of 1,000+ GPUs takes seconds: too slow for a sample run in
+    every case), and programs other than CHECKED_PROGRAMS given other arguments than the shipped ones (their
+    arguments are the program's own, unchecked as in any torch script; a bad one fails in the rank, as it would
+    on torch)."""
+    w = loaded.scenario.workload
+    if loaded.cluster.num_ranks > RUN_MAX_RANKS:
+        return False
+    return w.kind != "program" or w.program in CHECKED_PROGRAMS or w.args == PROGRAM_ARGS.get(w.program)
+
+
+def _finite(value, where: str) -> None:
+    """Every number in a result (nested in rows, mappings and lists) is finite."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _finite(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _finite(v, f"{where}[{i}]")
+    elif isinstance(value, float):
+        assert math.isfinite(value), f"{where} is {value!r}"
+
+
+def _run(loaded, case) -> None:
+    """Run a valid scenario: finite numbers and a report, or a clean SimcommError with a bounded message."""
+    RUN["run"] += 1
+    try:
+        result = run_scenario(loaded)
+    except SimcommError as exc:
+        assert not isinstance(exc, RankFailed), f"a rank raised {exc!r} ({case[0]} at {dotted(case[1])})"
+        text = str(exc)
+        assert text and "Traceback" not in text and not re.search(r"\d{41}", text), text[:500]
+        return
+    assert math.isfinite(result.elapsed) and result.elapsed >= 0, result.elapsed
+    rows = [{k: v for k, v in r.items() if k != "result"} for r in result.row_dicts()]  # a program's own value
+    _finite(rows, "rows")
+    _finite(summarize(result), "summary")
+    assert render(report_blocks(result), rich=False) and result_json(result)["rows"]
+
+
 def _check(case) -> None:
     kind, path, text = case
     try:
-        load_text(text, "mut.yaml")
+        loaded = load_text(text, "mut.yaml")
     except ScenarioError as exc:
         assert exc.problems
         for p in exc.problems:
@@ -184,6 +241,11 @@ def _check(case) -> None:
             except (ValidationError, yaml.YAMLError, RecursionError):
                 # The schema rejects the file, so a problem must be about the mutated key (or its parent).
                 assert any(_related(p.path, dotted(path)) for p in exc.problems), (dotted(path), str(exc))
+        return
+    if runnable(loaded):
+        _run(loaded, case)
+    else:
+        RUN["skipped"] += 1
 
 
 COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -193,6 +255,36 @@ COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomiz
 @given(mutations())
 def test_mutated_scenarios_fail_cleanly(case):
     check(case)
+
+
+def test_the_sample_runs_valid_mutated_scenarios():
+    """The run laws hold vacuously if no mutated scenario is valid: the CI sample must run some."""
+    if RUN["run"] == 0:  # run alone (-k), the sample is not there
+        test_mutated_scenarios_fail_cleanly()
+    print(f"\nmutated scenarios run: {RUN['run']}, valid but not run: {RUN['skipped']}")
+    assert RUN["run"] >= 20
+
+
+@pytest.mark.parametrize("args, message", [
+    ("[7.5, 2]", "rank 0: allreduce_check: elements must be a whole number from 1 to 16777216, got 7.5"),
+    ("[1024, 9223372036854775808]",
+     "rank 0: allreduce_check: rounds must be a whole number from 0 to 1000, got 9223372036854775808"),
+    ("[16777216, 1000]",
+     "rank 0: allreduce_check: 16777216 elements x 1000 rounds is more than 2\\*\\*26 elements reduced per rank"),
+    ("[1, 100000000000000000000000000000000000000000]",
+     "rank 0: allreduce_check: rounds must be a whole number from 0 to 1000, got a 137-bit whole number"),
+    ("['1MiB', true]", "rank 0: allreduce_check: rounds must be a whole number from 0 to 1000, got True"),
+    ("[1, 1, [1], [1]]", "workload.args: simcomm.workloads.programs:allreduce_check\\(rank, elements=1048576, "
+                         "rounds=2\\) is called as function\\(rank, \\*args\\) with 4 arguments after the rank: too "
+                         "many positional arguments")])
+def test_the_shipped_program_checks_its_arguments(args, message):
+    """cpu-host.yaml's program with arguments mutations gave: a clean error at once (7.5 or an alias that made
+    10 arguments was a TypeError in every rank; 2**63 rounds ran on for good)."""
+    loaded = load_text(TEXTS["cpu-host.yaml"].replace("[262144, 2]", args), "cpu-host.yaml")
+    assert runnable(loaded)
+    with pytest.raises(SimcommError, match=message) as info:
+        run_scenario(loaded)
+    assert not isinstance(info.value, RankFailed)
 
 
 FUZZ_CASES: list = []
@@ -210,5 +302,6 @@ def test_fuzz_mutated_scenarios():
     """10,000 cases; deselected by default (pyproject's addopts), run with `pytest -m fuzz`."""
     _fuzz()
     from collections import Counter
-    print(f"\nfuzz: {len(FUZZ_CASES)} mutated scenarios, by kind {dict(Counter(FUZZ_CASES))}")
+    print(f"\nfuzz: {len(FUZZ_CASES)} mutated scenarios, by kind {dict(Counter(FUZZ_CASES))}; run: {RUN['run']}, "
+          f"valid but not run: {RUN['skipped']}")
     assert len(FUZZ_CASES) >= 10_000

@@ -253,11 +253,27 @@ def _cluster(name: str, counts: Counts):
     return cluster
 
 
+MAX_BYTES = 2 ** 63 - 1  # -b and -e: beyond, no byte count is meaningful (nccl-tests' sizes are size_t)
+
+
+def _fits(end: int, text: str, cluster) -> None:
+    """-e must fit one device's memory: nccl-tests allocates its send and receive buffers on every GPU."""
+    from ..units import format_size
+    capacity = cluster.device.memory_capacity
+    if end > capacity:
+        raise SimcommError(f"-e {text}: {format_size(end)} is more than one device of {cluster.name} holds "
+                           f"({format_size(capacity)}); nccl-tests allocates buffers of up to -e bytes on every GPU")
+
+
 def _sizes(args) -> tuple[list[int], int, int, float | None, int]:
     from ..collective import sizes_between
     from ..units import parse_size
     begin = parse_size(args.ntb or "32M", "-b")
     end = parse_size(args.nte or "32M", "-e")
+    for flag, value, text in (("-b", begin, args.ntb), ("-e", end, args.nte)):
+        if value > MAX_BYTES:  # said before any message could print the number (1e300 has 301 digits)
+            raise SimcommError(f"{flag} {text}: expected at most 2**63 - 1 bytes (8 EiB); nccl-tests allocates "
+                               "buffers of up to -e bytes on every GPU")
     step = parse_size(args.nti or "1M", "-i")
     factor = None
     if args.ntf is not None:
@@ -304,6 +320,7 @@ def cmd_perf(args) -> int:
         counts = Counts(1, 1, n, n, counts.nodes, None, f"{n} ranks: every GPU of {cluster.name} (no -g, -t or "
                         "--np given; nccl-tests would use 1)")
     n = counts.ranks
+    _fits(end, args.nte or "32M", cluster)
     roots = _roots(args.ntr or "0", kind, n)
     if launch is not None and launch.rank != 0:
         return 0  # one of several processes a real launcher started: process 0 prints, as nccl-tests' rank 0

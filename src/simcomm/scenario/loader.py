@@ -6,6 +6,7 @@ found; nothing a user writes in a scenario file may end in a traceback.
 from __future__ import annotations
 
 import copy
+import re
 import reprlib
 import types
 from dataclasses import dataclass, field
@@ -257,7 +258,15 @@ def walk(loc) -> tuple[tuple, type | None, type | None]:
     return tuple(path), parent, tp if get_origin(tp) in (Union, types.UnionType) else None
 
 
+# pydantic's wording -> a scenario writer's (a mapping is what YAML calls a dictionary or an object).
+_PLAIN = ((re.compile(r"a valid dictionary( or (instance of \w+|object to extract fields from))?"), "a mapping"),
+          (re.compile(r"^String should have at least (\d+) characters?"), r"at least \1 character(s)"),
+          (re.compile(r"^String should have at most (\d+) characters?"), r"at most \1 character(s)"))
+
+
 def _expected(msg: str) -> str:
+    for pattern, repl in _PLAIN:
+        msg = pattern.sub(repl, msg)
     for prefix, repl in (("Input should be ", "expected "), ("Value error, ", ""), ("Assertion failed, ", "")):
         if msg.startswith(prefix):
             return repl + msg[len(prefix):]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.machinery
+import inspect
 import os
 import re
 import sys
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator
 
-from ..distributed.spawn import spawn
+from ..distributed.spawn import MAX_RANKS, spawn
 from ..errors import SimcommError
 from ..fields import Base, described
 from ..vocab import did_you_mean
@@ -170,6 +171,22 @@ def check_program(spec: str, error, where=("workload", "program"), directory: st
                            f"{did_you_mean(func, [n for n in names if not n.startswith('_')])}")
 
 
+def _check_arguments(fn, args: tuple, spec: str) -> None:
+    """function(rank, *args) must be a call the function takes (else every rank failed with a TypeError)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: the call itself will tell
+        return
+    try:
+        signature.bind(0, *args)
+    except TypeError as exc:
+        empty = inspect.Parameter.empty
+        bare = signature.replace(parameters=[p.replace(annotation=empty) for p in signature.parameters.values()],
+                                 return_annotation=empty)
+        raise SimcommError(f"workload.args: {spec}{bare} is called as function(rank, *args) with "
+                           f"{len(args)} argument{'s' * (len(args) != 1)} after the rank: {exc}") from None
+
+
 def _without_loss(result):
     """A returned mapping without the loss the report shows in its own column."""
     return {k: v for k, v in result.items() if k != "loss"} if isinstance(result, dict) else result
@@ -198,6 +215,10 @@ class ProgramWorkload(Workload):
 
     def check(self, spec: ProgramSpec, scenario, cluster, error) -> None:
         check_ranks(spec.ranks or cluster.num_ranks, cluster, ("workload", "ranks"), error)
+        if spec.ranks is None and cluster.num_ranks > MAX_RANKS:  # the limit `run` (simcomm.spawn) applies
+            raise error(("workload",), f"a rank program runs one thread per rank, at most {MAX_RANKS:,}; the "
+                                       f"cluster has {cluster.num_ranks:,} ranks: give workload.ranks or use fewer "
+                                       "nodes")
         check_program(spec.program, error, directory=scenario.directory)
 
     def run(self, spec: ProgramSpec, scenario, cluster, name: str, detail: str | None,
@@ -206,8 +227,10 @@ class ProgramWorkload(Workload):
         n = spec.ranks or cluster.num_ranks
         forced = model.algorithm or {}
         fn = resolve_program(spec.program, directory=scenario.directory)
+        args = tuple(with_units(spec.args))
+        _check_arguments(fn, args, spec.program)
         with importable_from(scenario.directory):  # the program may import its neighbours as it runs
-            res = spawn(fn, tuple(with_units(spec.args)), n, cluster, algorithm=forced.get("*", forced or None),
+            res = spawn(fn, args, n, cluster, algorithm=forced.get("*", forced or None),
                         protocol=model.protocol, numerics=model.numerics,
                         detail=resolve_detail(detail or model.detail, n))
         comm = {r: 0.0 for r in range(n)}
