@@ -193,6 +193,6 @@ def test_a_thread_the_os_refuses_ends_the_run_cleanly_and_releases_the_others(mo
     stack = threading.stack_size()
     with pytest.raises(simcomm.SimcommError, match=r"could not start 8 rank threads \(3 started: can't start new "
                                                    r"thread\); simulate fewer ranks"):
-        run(lambda rank: ran.append(rank), nprocs=8)
+        run(lambda rank: ran.append(rank), nprocs=8, execution="thread")
     assert len(started) == 3 and not any(t.is_alive() for t in started) and ran == []
     assert threading.stack_size() == stack

@@ -1,7 +1,7 @@
 """Runs one ordinary (blocking) function per rank against the simulated clock.
 
-Each rank is a thread, but only one runs at a time: a baton passes between the scheduler and the ranks, so runs
-are deterministic. A rank runs at the current simulated time until it blocks on an event (a recv, a collective,
+Each rank keeps its own call stack (a greenlet, or an OS thread: see execution.py), but only one runs at a time: a
+baton passes between the scheduler and the ranks, so runs are deterministic. A rank runs at the current simulated time until it blocks on an event (a recv, a collective,
 a sleep); the scheduler then advances the simulation until some blocked rank's event fires. If every live rank is
 blocked and no event is pending, nothing can ever wake them: that is a deadlock, reported with what each waits for.
 
@@ -14,14 +14,14 @@ Once the run is aborted (an error in any rank), every call into the runtime rais
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from collections import deque
+from contextvars import ContextVar
 
 from ..errors import DeadlockError, RankFailed, SimcommError
+from .execution import EXECUTIONS, default_execution, make
 
-_local = threading.local()
-_JOIN_S = 2.0  # after an abort, how long all rank threads together may take to unwind
+# (runtime, rank) of the running rank program; each greenlet and each thread has its own context.
+_current: ContextVar = ContextVar("simcomm_rank", default=None)
 
 
 class _Aborted(BaseException):
@@ -30,24 +30,27 @@ class _Aborted(BaseException):
 
 def current():
     """(runtime, rank) of the calling rank program; a clear error outside one."""
-    rt = getattr(_local, "runtime", None)
-    if rt is None:
+    here = _current.get()
+    if here is None:
         raise SimcommError("simcomm.distributed was called outside a simulated rank program: "
                            "run the function with simcomm.spawn(fn, nprocs=N)")
-    if rt.aborted:
+    if here[0].aborted:
         raise _Aborted()
-    return rt, _local.rank
+    return here
 
 
 class RankRuntime:
-    """Threads for ranks, one baton, and the simulation they share."""
+    """Ranks (greenlets or threads, see execution.py), one baton, and the simulation they share."""
 
-    def __init__(self, sim, nprocs: int):
+    def __init__(self, sim, nprocs: int, execution: str | None = None):
         self.sim = sim
         self.env = sim.env
         self.nprocs = nprocs
-        self._resume = [threading.Semaphore(0) for _ in range(nprocs)]
-        self._baton = threading.Semaphore(0)
+        execution = execution or default_execution()
+        if execution not in EXECUTIONS:
+            raise SimcommError(f"execution must be one of {', '.join(EXECUTIONS)}, got {execution!r}")
+        self.execution = execution
+        self._ranks = make(execution, nprocs)
         self._ready: deque[int] = deque()
         self._polling: dict[int, object] = {}  # rank -> what it polls for; resumed after the next step
         self.waiting: dict[int, str] = {}
@@ -68,10 +71,9 @@ class RankRuntime:
             return []
         return [op]
 
-    # ---- called from rank threads ------------------------------------------------------------------------
+    # ---- called from ranks --------------------------------------------------------------------------------
     def _block(self, rank: int) -> None:
-        self._baton.release()
-        self._resume[rank].acquire()
+        self._ranks.hand_back(rank)
         if self.aborted:
             raise _Aborted()
 
@@ -106,7 +108,7 @@ class RankRuntime:
     def handling(self, rank: int) -> BaseException | None:
         """The exception rank is handling (cleanup code in except/finally): the calling rank's own now, a blocked
         rank's when it blocked."""
-        if getattr(_local, "runtime", None) is self and _local.rank == rank:
+        if _current.get() == (self, rank):
             return sys.exc_info()[1]
         return self._handling.get(rank) if rank in self.waiting else None
 
@@ -124,29 +126,19 @@ class RankRuntime:
             self._error = error
         raise _Aborted()
 
-    # ---- scheduler (main thread) -------------------------------------------------------------------------
+    # ---- scheduler ------------------------------------------------------------------------------------------
     def run(self, fn, args=()) -> list:
-        old = threading.stack_size()
-        threading.stack_size(4 << 20)  # thousands of ranks must fit; user code rarely recurses deeply
-        threads = []
         try:
-            for r in range(self.nprocs):
-                t = threading.Thread(target=self._main, args=(r, fn, args), daemon=True, name=f"simcomm-rank-{r}")
-                t.start()
-                threads.append(t)
+            self._ranks.start(lambda r: self._main(r, fn, args))
         except RuntimeError as exc:  # the OS refused another thread
-            self._abort(threads)
-            raise SimcommError(f"could not start {self.nprocs} rank threads ({len(threads)} started: {exc}); "
+            self._abort()
+            raise SimcommError(f"could not start {self.nprocs} rank threads ({self._ranks.started} started: {exc}); "
                                "simulate fewer ranks") from None
-        finally:
-            threading.stack_size(old)
         self._ready.extend(range(self.nprocs))
         try:
             while True:
                 while self._ready and self._error is None:
-                    r = self._ready.popleft()
-                    self._resume[r].release()
-                    self._baton.acquire()
+                    self._ranks.turn(self._ready.popleft())
                 if self._error is not None:
                     raise self._error
                 if len(self.finished) == self.nprocs:
@@ -159,12 +151,11 @@ class RankRuntime:
                     self._polling.clear()
             self.env.run()  # let in-flight work no rank waited for (an unwaited isend) finish
         finally:
-            self._abort(threads)
+            self._abort()
         return self.results
 
     def _main(self, rank: int, fn, args) -> None:
-        self._resume[rank].acquire()
-        _local.runtime, _local.rank = self, rank
+        token = _current.set((self, rank))
         try:
             if not self.aborted:
                 self.results[rank] = fn(rank, *args)
@@ -178,23 +169,21 @@ class RankRuntime:
                 if not str(exc).startswith("rank "):  # say who made the mistake, keep the error's type
                     exc.args = (f"rank {rank}: {exc}",) + exc.args[1:]
                 self._error = exc
+        except KeyboardInterrupt as exc:  # Ctrl-C while this rank ran: stop the run as a whole
+            if self._error is None:
+                self._error = exc
         except BaseException as exc:  # noqa: BLE001 - any user failure aborts the run, reported with its rank
             if self._error is None:
                 self._error = RankFailed(rank, exc)
                 self._error.__cause__ = exc
         finally:
-            _local.runtime = None
-            self._baton.release()
+            _current.reset(token)
 
-    def _abort(self, threads) -> None:
-        """Wake every unfinished rank: each raises _Aborted at its next call into the runtime and unwinds."""
+    def _abort(self) -> None:
+        """Unwind every unfinished rank: each raises _Aborted where it waits (and at any later call into the
+        runtime), so its cleanup code runs and cannot hold the run up."""
         self.aborted = True
-        for r in range(self.nprocs):
-            if r not in self.finished:
-                self._resume[r].release()
-        deadline = time.monotonic() + _JOIN_S
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._ranks.stop(_Aborted, [r for r in range(self.nprocs) if r not in self.finished])
 
     def _deadlock(self) -> DeadlockError:
         waiting = {r: (w() if callable(w) else w) for r, w in sorted(self.waiting.items())}

@@ -16,7 +16,7 @@ from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
 
 
-MAX_RANKS = 16384  # one thread per rank
+MAX_RANKS = 16384  # a greenlet (or a thread) per rank
 
 
 @dataclass
@@ -54,17 +54,20 @@ def resolve_cluster(cluster, nprocs: int | None) -> Cluster:
 
 
 def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorithm=None, protocol=None,
-          numerics: str | None = None, detail: str = "flows", join: bool = True) -> SpawnResult:
+          numerics: str | None = None, detail: str = "flows", join: bool = True,
+          execution: str | None = None) -> SpawnResult:
     """Run fn(rank, *args) for every rank on a simulated cluster and return a SpawnResult.
 
     cluster: a preset name ("hgx-h100", "cpu-host", ...) or a Cluster; nprocs defaults to all its ranks.
     algorithm / protocol force NCCL_ALGO / NCCL_PROTO (algorithm may be a dict per collective kind).
     numerics: "gloo" (bitwise gloo ring order) or "nccl"; the default follows the cluster (CPU -> gloo).
+    execution: how ranks keep their call stacks, "greenlet" (fast) or "thread" (for libraries with per-thread
+    state, such as torch's grad mode); by default greenlets unless torch is loaded (see distributed/execution.py).
     """
     if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, numbers.Integral)):
         raise SimcommError(f"nprocs must be a whole number of ranks, got {nprocs!r}")
     if nprocs is not None and not 1 <= nprocs <= MAX_RANKS:
-        raise SimcommError(f"nprocs={nprocs}: a rank program runs one thread per rank; simcomm.spawn takes 1 to "
+        raise SimcommError(f"nprocs={nprocs}: simcomm.spawn takes 1 to "
                            f"{MAX_RANKS} ranks (simulate more with group-level workloads)")
     c = resolve_cluster(cluster, nprocs)
     n = int(nprocs) if nprocs is not None else c.num_ranks
@@ -73,7 +76,7 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     session = Session(c, detail=detail, algorithm=algorithm, protocol=protocol,
                       numerics=numerics or ("gloo" if c.device.kind == "cpu" else "nccl"))
     sim = session.sim
-    rt = RankRuntime(sim, n)
+    rt = RankRuntime(sim, n, execution)
     rt.services["session"] = session
     rt.services["groups"] = GroupRegistry(n)
     rt.services["p2p"] = matcher = P2PMatcher(session)

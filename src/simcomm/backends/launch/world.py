@@ -91,7 +91,9 @@ class World:
                 set_context(None)
 
         try:
-            self.result = spawn(body, nprocs=self.nprocs, cluster=self.cluster, numerics=self.options.numerics)
+            # A thread per rank: torch keeps grad mode, autocast and dispatch modes per thread.
+            self.result = spawn(body, nprocs=self.nprocs, cluster=self.cluster, numerics=self.options.numerics,
+                                execution="thread")
         except BaseException as exc:
             self.error = exc
             raise
