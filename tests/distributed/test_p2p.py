@@ -278,3 +278,31 @@ def test_contended_sends_share_the_link():
     bw, lat = res.cluster.bottleneck(1, 0)
     assert res.results[1] == pytest.approx(lat + 2 * nbytes / bw, rel=1e-9)
     assert res.results[2] == pytest.approx(lat + 2 * nbytes / bw, rel=1e-9)
+
+
+def test_torch_send_and_recv_take_contiguous_tensors_only():
+    """torch's gloo refuses a strided tensor in send ('input tensor has to be contiguous', measured); its collectives
+    copy views, so only send/recv refuse them. Numpy views (simcomm's own) and one-element views stay fine."""
+    import torch
+
+    def fn(rank):
+        errors = []
+        for call in (lambda: dist.send(torch.arange(4.0)[::2], dst=1 - rank),
+                     lambda: dist.recv(torch.zeros(4)[::2], src=1 - rank)):
+            try:
+                call()
+            except dist.DistError as exc:
+                errors.append(str(exc))
+        one, many = torch.zeros(4)[1::4], np.zeros(4)
+        if rank == 0:
+            dist.send(torch.ones(4)[::4] * 5, dst=1)
+            dist.send(np.arange(4.0)[::2], dst=1)
+        else:
+            dist.recv(one, src=0)
+            dist.recv(many[::2], src=0)
+        return errors, one.tolist(), many.tolist()
+
+    res = simcomm.spawn(fn, nprocs=2, cluster="cpu-host").results
+    assert [e for e, _, _ in res] == [[f"rank {r}: {k}: input tensor has to be contiguous (torch's send and recv "
+                                       "take contiguous tensors only)" for k in ("send", "recv")] for r in (0, 1)]
+    assert res[1][1:] == ([5.0], [0.0, 0.0, 2.0, 0.0])

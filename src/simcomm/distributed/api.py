@@ -229,7 +229,7 @@ def _p2p(kind: str, tensor, peer, g, tag, group_peer):
     if target == me:
         raise DistError(f"Invalid {name} rank: rank {me} cannot {kind} {'to' if kind == 'send' else 'from'} itself")
     tag = as_rank(tag, "tag")
-    arg = tensor_arg(tensor, kind, output=kind == "recv")
+    arg = tensor_arg(tensor, kind, output=kind == "recv", contiguous=True)
     matcher = rt.services["p2p"]
     tags = rt.tags.get(me)
     if kind == "send":

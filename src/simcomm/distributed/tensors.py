@@ -168,12 +168,17 @@ def _where(call: str) -> str:
         return call
 
 
-def tensor_arg(t, call: str, role: str = "tensor", output: bool = False, reduce: bool = False) -> Arg:
-    """Check tensor argument `role` of `call` (written into if `output`, reduced if `reduce`)."""
+def tensor_arg(t, call: str, role: str = "tensor", output: bool = False, reduce: bool = False,
+               contiguous: bool = False) -> Arg:
+    """Check tensor argument `role` of `call` (written into if `output`, reduced if `reduce`; a torch tensor must
+    be contiguous if `contiguous`, as torch's send and recv require: its collectives copy views)."""
     try:
         arg = _arg(t)
     except DistError as exc:
         raise DistError(f"{_where(call)}: {role}: {exc}") from None
+    if contiguous and _is_torch(t) and not t.is_contiguous():
+        raise DistError(f"{_where(call)}: input tensor has to be contiguous (torch's send and recv take contiguous "
+                        "tensors only)")
     if output and arg.data is not None and not arg.data.flags.writeable:
         raise DistError(f"{_where(call)}: {role} is read-only ({arg.describe()}); results are written into it, so "
                         "pass a writable array")
