@@ -12,7 +12,8 @@ MAX_ELEMENTS, MAX_ROUNDS, MAX_WORK = 1 << 24, 1000, 1 << 26  # bounds that keep 
 
 
 def _whole(name: str, value, low: int, high: int) -> int:
-    """value as a whole number from low to high, or dist.DistError (a ValueError, as on torch) saying why."""
+    """value as a whole number from low to high, or a dist.DistError saying why (torch.distributed has one too, so
+    the program still runs unchanged there)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
         if isinstance(value, numbers.Integral) and abs(value) > 10 ** 30:
             shown = f"a {int(value).bit_length()}-bit whole number"
