@@ -2,12 +2,14 @@
 
     python calibration/fit_presets.py            # fit, cross-validate, write calibration/fitted.yaml
     python calibration/fit_presets.py --check    # only evaluate the figures presets.py carries now
+    python calibration/fit_presets.py --write-presets   # copy fitted.yaml into presets.py's FITTED_TUNING
 
 For each preset, the free figures are the launch overhead per collective, the per-step overhead, and bandwidth
 efficiencies for the algorithm families (ring, tree, nvls) and the LL/LL128 protocols. The objective is the mean
 |ln(predicted / measured)| over the training points, each a full simulation (simcomm.backends.calibrate.fit).
 Cross-validation: (1) sizes: fit on every other size of every sweep, score the others; (2) systems: for presets
 measured by several systems, fit without one system and score it. The final figures are fitted on everything.
+Sweeps with a `known_gap` (systems.yaml) are not fitted; they are scored on their own at the end.
 """
 from __future__ import annotations
 
@@ -27,9 +29,10 @@ from simcomm.backends.nccl_log import read_log  # noqa: E402
 from simcomm.hardware import Tuning, get_preset  # noqa: E402
 
 MIB = 1 << 20
-FREE = [Free("tuning.launch_overhead", 1e-7, 1e-4, 1e-5), Free("tuning.efficiency.nvls", 0.4, 1.2, 0.85),
+FREE = [Free("tuning.launch_overhead", 1e-7, 1e-4, 1e-5), Free("tuning.step_overhead", 1e-9, 2e-5, 1e-7),
+        Free("tuning.efficiency.nvls", 0.4, 1.2, 0.85),
         Free("tuning.efficiency.ring", 0.5, 1.2, 1.0), Free("tuning.efficiency.tree", 0.3, 1.2, 1.0),
-        Free("tuning.efficiency.LL128", 0.3, 1.2, 1.0)]
+        Free("tuning.efficiency.LL128", 0.3, 1.2, 1.0), Free("tuning.efficiency.LL", 0.1, 1.2, 1.0)]
 MIN_SIZE = 64 << 10  # below this nccl-tests times are launch-bound noise (and busbw-only tables lose precision)
 
 
@@ -37,15 +40,18 @@ def systems() -> dict:
     return yaml.safe_load((HERE / "systems.yaml").read_text())["systems"]
 
 
-def observations(name: str, system: dict) -> list[Observation]:
+def observations(name: str, system: dict, gaps: bool = False) -> list[Observation]:
+    """The system's measured points from MIN_SIZE up: of its sweeps without a known_gap (gaps=True: with one)."""
     out = []
     for sw in system["sweeps"]:
+        if ("known_gap" in sw) != gaps:
+            continue
         (table,) = read_log(HERE / "nccl-tests" / f"{sw['log']}.log")
         dtype = {"double": "float64"}.get(table.dtype, "float32")
         for r in table.rows:
             if r.size >= MIN_SIZE:
                 out.append(Observation(sw["collective"], sw["ranks"], r.size, r.out_of_place.time_us * 1e-6,
-                                       system.get("nodes", 1), sw.get("algo"), dtype, name))
+                                       sw.get("nodes", system.get("nodes", 1)), sw.get("algo"), dtype, name))
     return out
 
 
@@ -76,11 +82,11 @@ def tuning_from(values: dict, sources) -> Tuning:
 def fit_preset(obs: list[Observation], preset: str, sweeps: int = 2, steps: int = 6) -> dict:
     families = {"nvls", "ring", "tree"} if get_preset(preset).builder().nvls else {"ring", "tree"}
     free = [f for f in FREE if not f.key.startswith("tuning.efficiency.") or f.key.split(".")[-1] in
-            families | {"LL128"}]
+            families | {"LL128", "LL"}]
     values = fit(space_for(preset, free=free), obs, sweeps=sweeps, steps=steps,
                  progress=lambda sw, k, v, best: print(f"  [{preset}] sweep {sw} {k}={v:.4g} objective {best:.4f}",
                                                        file=sys.stderr, flush=True))
-    return {"tuning.step_overhead": 0.0, **values}
+    return values
 
 
 def report(title: str, preset: str, tuning: Tuning, per_system: dict) -> list[str]:
@@ -92,16 +98,41 @@ def report(title: str, preset: str, tuning: Tuning, per_system: dict) -> list[st
     return lines + [""]
 
 
+PRESETS_PY = HERE.parent / "src" / "simcomm" / "hardware" / "presets.py"
+
+
+def write_presets() -> None:
+    """Rewrite the FITTED_TUNING block of presets.py from fitted.yaml (the test keeps the two equal)."""
+    fitted = yaml.safe_load((HERE / "fitted.yaml").read_text())
+    lines = ["FITTED_TUNING = {"]
+    for preset, f in sorted(fitted.items()):
+        eff = "".join(f"({k!r}, {v!r}), " for k, v in sorted(f["efficiency"].items())).rstrip(" ").replace("'", '"')
+        launch, step = f["launch_overhead"], f["step_overhead"]
+        lines.append(f'    "{preset}": Tuning({launch!r}, {step!r}, ({eff}), (_FITTED_BY,)),')
+    text = PRESETS_PY.read_text()
+    start = text.index("FITTED_TUNING = {")
+    end = text.index("\n}\n", start) + 1
+    PRESETS_PY.write_text(text[:start] + "\n".join(lines) + "\n" + text[end:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true", help="only score the presets' current figures")
+    ap.add_argument("--preset", action="append", help="fit only this preset (repeatable); fitted.yaml keeps the "
+                                                      "others' figures")
+    ap.add_argument("--write-presets", action="store_true", help="only copy fitted.yaml into presets.py")
     args = ap.parse_args()
+    if args.write_presets:
+        return write_presets()
     by_preset: dict[str, dict[str, list[Observation]]] = {}
+    gaps: dict[str, dict[str, list[Observation]]] = {}
     for name, s in systems().items():
-        by_preset.setdefault(s["preset"], {})[name] = observations(name, s)
-    fitted = {}
+        for table, obs in ((by_preset, observations(name, s)), (gaps, observations(name, s, gaps=True))):
+            if obs:
+                table.setdefault(s["preset"], {})[name] = obs
+    fitted = yaml.safe_load((HERE / "fitted.yaml").read_text()) if args.preset else {}
     order = sorted(by_preset, key=lambda p: len(by_preset[p]))  # quick ones first
-    for preset in order:
+    for preset in [p for p in order if not args.preset or p in args.preset]:
         per_system = by_preset[preset]
         everything = [o for obs in per_system.values() for o in obs]
         current = get_preset(preset).builder().tuning
@@ -116,6 +147,10 @@ def main() -> None:
                                               "figures\n" + yaml.safe_dump(fitted, sort_keys=True))
             out += report(f"{preset}: fitted on every system and size (the preset's figures)", preset, t,
                           per_system)
+            if preset in gaps:
+                out += report(f"{preset}: sweeps with a known gap (not fitted), with the figures presets.py "
+                              f"carries", preset, current, gaps[preset])
+                out += report(f"{preset}: sweeps with a known gap, with the fitted figures", preset, t, gaps[preset])
             # cross-validation (1): sizes held back
             train = [o for obs in per_system.values() for o in sorted(obs, key=lambda o: (o.collective, o.size))[0::2]]
             held = {n: [o for o in obs if o not in train] for n, obs in per_system.items()}

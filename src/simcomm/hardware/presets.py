@@ -47,14 +47,15 @@ _REF = "docs/model.md: effective link figures (NCCL's tuning model, published nc
 _NCCL = "NCCL src/graph/tuning.cc: NVLink 20.0 (SM80) / 20.6 (SM90) GB/s per link, PCIe width*rate/80"
 
 
-# Software figures fitted to public nccl-tests tables: calibration/fit_presets.py fits launch overhead and
-# bandwidth efficiencies (by algorithm family and protocol) to calibration/systems.yaml's measured sweeps and writes
-# calibration/fitted.yaml; tests/test_calibration.py keeps these equal to it. See docs/validation.md.
+# Software figures fitted to public nccl-tests tables: calibration/fit_presets.py fits launch and per-step overheads
+# and bandwidth efficiencies (by algorithm family and protocol) to calibration/systems.yaml's measured sweeps, writes
+# calibration/fitted.yaml and (--write-presets) this block; tests/test_calibration.py keeps the two equal.
+# See docs/validation.md.
 _FITTED_BY = "calibration/fit_presets.py (public nccl-tests tables, calibration/systems.yaml)"
 FITTED_TUNING = {
-    "dgx-a100": Tuning(1.6902e-05, 0.0, (("LL128", 0.881), ("ring", 0.947), ("tree", 0.8008),), (_FITTED_BY,)),
-    "hgx-h100": Tuning(1.5434e-05, 0.0, (("LL128", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 0.3852),), (_FITTED_BY,)),
-    "hgx-h200": Tuning(5.633e-06, 0.0, (("LL128", 1.0), ("nvls", 0.7705), ("ring", 1.0), ("tree", 1.0),), (_FITTED_BY,)),
+    "dgx-a100": Tuning(1.9579e-05, 1.2e-09, (("LL", 0.3521), ("LL128", 0.9625), ("ring", 0.9579), ("tree", 0.7278),), (_FITTED_BY,)),
+    "hgx-h100": Tuning(1.3323e-05, 3.996e-07, (("LL", 1.1382), ("LL128", 1.0785), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 0.309),), (_FITTED_BY,)),
+    "hgx-h200": Tuning(5.633e-06, 1.2e-09, (("LL", 1.1382), ("LL128", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 1.0),), (_FITTED_BY,)),
 }
 
 
