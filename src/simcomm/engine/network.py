@@ -95,7 +95,9 @@ class FlowNetwork:
         self._solo_cache = BoundedCache(max_entries=1024)  # pattern and bytes -> Trajectory
         self._replays: dict[int, Replay] = {}
         self._next_rid = 0
-        self._owner = np.full(cluster.num_links, -1, dtype=np.int64)  # replay holding each link
+        self._owner = np.full(cluster.num_links, -1, dtype=np.int64)  # replay holding each link (see _owners)
+        self._owner_stale = False
+        self._key_memo: tuple | None = None  # the last uniform solo key (a plan repeating its step reuses it)
         self._learning: dict[int, Learning] = {}  # batch id -> its recording
         self._learner = np.full(cluster.num_links, -1, dtype=np.int64)  # learning batch on each link
         self.stats = {"transfers": 0, "flows": 0, "solves": 0, "solve_cache_hits": 0, "closed_form": 0}
@@ -150,7 +152,7 @@ class FlowNetwork:
         if trajectory is None or not len(src) or self.link_loads is not None:
             return None
         links = self._links_of(pattern, route)
-        if (self._owner[links] >= 0).any() or self._live_overlaps(links):
+        if self._held(links) or self._live_overlaps(links):
             return None
         starts = np.asarray(starts, dtype=np.float64)
         run = Run(starts, self.env.event(), trajectory.offsets, self._latency_table()[route] + extra,
@@ -168,7 +170,7 @@ class FlowNetwork:
         if trajectory is None or not len(src):
             return None
         links = self._links_of(pattern, route)
-        if (self._owner[links] >= 0).any() or self._live_overlaps(links):
+        if self._held(links) or self._live_overlaps(links):
             return None
         return trajectory.duration, trajectory.offsets, self._latency_table()[route] + extra
 
@@ -212,10 +214,16 @@ class FlowNetwork:
         extra = np.broadcast_to(np.asarray(extra_latency, dtype=np.float64), src.shape)
         return src, dst, payload, pattern, route, w, extra
 
-    @staticmethod
-    def _solo_key(pattern: bytes, wire: np.ndarray) -> bytes:
+    def _solo_key(self, pattern: bytes, wire: np.ndarray) -> bytes:
         uniform = len(wire) and wire[0] == wire[-1] and (wire == wire[0]).all()
-        return pattern + b"#" + (wire[:1].tobytes() if uniform else wire.tobytes())
+        if not uniform:
+            return pattern + b"#" + wire.tobytes()
+        memo = self._key_memo  # the same key object again: its hash is computed once, not per step
+        if memo is not None and memo[0] is pattern and memo[1] == wire[0]:
+            return memo[2]
+        key = pattern + b"#" + wire[:1].tobytes()
+        self._key_memo = (pattern, wire[0], key)
+        return key
 
     def _latency_table(self) -> np.ndarray:
         lat = self.cluster.route_latency
@@ -258,7 +266,7 @@ class FlowNetwork:
             for bid in list(self._learning):
                 self._forget(bid)
             return
-        owners = self._owner[links]
+        owners = self._owners()[links] if self._replays else links[:0]
         if (owners >= 0).any():
             for rid in np.unique(owners[owners >= 0]).tolist():
                 self._cut(self._replays[rid], live=True)
@@ -419,13 +427,27 @@ class FlowNetwork:
     def _hold(self, rep: Replay) -> Replay:
         self._next_rid += 1
         self._replays[rep.rid] = rep
-        self._owner[rep.links] = rep.rid
+        self._owner_stale = True
         return rep
 
     def _release(self, rep: Replay) -> None:
         del self._replays[rep.rid]
-        self._owner[rep.links] = -1
+        self._owner_stale = True
         rep.token += 1
+
+    def _owners(self) -> np.ndarray:
+        """The replay holding each link (-1: none), brought up to date only when asked: a plan that replays step
+        after step on an otherwise idle network never needs it."""
+        if self._owner_stale:
+            self._owner.fill(-1)
+            for rid, rep in self._replays.items():
+                self._owner[rep.links] = rid
+            self._owner_stale = False
+        return self._owner
+
+    def _held(self, links: np.ndarray) -> bool:
+        """Whether a replay holds any of `links`."""
+        return bool(self._replays) and bool((self._owners()[links] >= 0).any())
 
     def _timer(self, rep: Replay, delay: float) -> None:
         ev = self.env.timeout(max(delay, 0.0), value=(rep.rid, rep.token))
