@@ -56,10 +56,17 @@ def _launch(kind: str, group, count: int, dtype, rows, finish, op=ReduceOp.SUM, 
     session = rt.services["session"]
     tags = {**rt.services.get("launch_tags", {}), "group": group.name}
     busy = rt.services["launch_after"]  # the compute each member had queued when it issued the call runs first
+    # A communicator's collectives run one after another, in the order they were issued (NCCL launches them on the
+    # communicator's stream): async calls on one group queue behind each other, calls on other groups overlap.
+    streams = rt.services.setdefault("streams", {})
+    before = streams.get(id(group))
+    if before is not None and not before.processed:
+        busy = [*busy, before]
 
     def start(done):
         ran = session.collective(kind, group.ranks, count=count, data=rows, dtype=np.dtype(dtype), op=op, root=root,
                                  splits=splits, variant=variant, tags=tags, after=busy)
+        streams[id(group)] = ran
 
         def complete(_e):
             if ran.buffers.live:

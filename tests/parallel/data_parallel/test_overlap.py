@@ -20,19 +20,34 @@ def spans(mode: str, overlap: bool):
     for rank in range(cfg.world_size):
         mine = [a for a in res.timeline if a.rank == rank]
         backward = [a for a in mine if a.kind == "compute" and a.tags.get("phase") == "backward"]
-        first = next(a for a in mine if a.kind == "collective" and a.tags.get("bucket") == 0)
+        # the first bucket issued (backward makes the last layers' gradients first)
+        first = min((a for a in mine if a.kind == "collective" and a.tags.get("bucket") is not None),
+                    key=lambda a: a.start)
         out.append((backward, first))
     return out
 
 
 @pytest.mark.parametrize("mode,collective", [("ddp", "all_reduce"), ("zero2", "reduce_scatter")])
 def test_the_first_bucket_is_reduced_during_backward(mode, collective):
+    """And the buckets, all on the data-parallel group, are reduced one after another in the order issued, as on
+    the communicator's NCCL stream."""
     for backward, first in spans(mode, overlap=True):
         assert first.tags["collective"] == collective and first.tags["phase"] == "backward"
         assert len(backward) > 2
         # after the compute that produced bucket 0's gradients, before the rest of backward has run
         assert backward[0].end <= first.start < backward[-1].end
         assert sum(a.start >= first.start for a in backward) >= 2  # backward compute still to run meanwhile
+    res_buckets = [a for a in simcomm_timeline(mode) if a.rank == 0 and a.kind == "collective"
+                   and a.tags.get("bucket") is not None]
+    assert len(res_buckets) > 3
+    for earlier, later in zip(res_buckets, res_buckets[1:]):
+        assert later.start >= earlier.end  # one at a time on the group's stream
+
+
+def simcomm_timeline(mode: str):
+    cfg = TrainConfig(WIDE, data_parallel_size=2, data_parallel=mode, global_batch_size=2, train_iters=1,
+                      overlap_grad_reduce=True, bucket_size=500_000, size_only=True)
+    return sorted(simcomm.spawn(train, args=(cfg,), nprocs=cfg.world_size).timeline, key=lambda a: a.start)
 
 
 def test_without_overlap_ddp_reduces_after_the_whole_backward():
