@@ -8,6 +8,7 @@ per host link). Runs only where smpirun and smpicc are installed (Debian: libsim
 """
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -36,9 +37,15 @@ def missing_tools() -> list[str]:
     return [tool for tool in ("smpicc", "smpirun") if shutil.which(tool) is None]
 
 
-def _measure(cmd: list[str], cwd: Path, timeout: float) -> dict:
+# Both programs allocate their buffers as plain pages: the C program mallocs them; numpy would also advise huge
+# pages (madvise) for arrays of 4 MiB and more, and with transparent huge pages in "madvise" mode (as here) a page
+# fault then compacts memory first, which after the other side's 2 GB run can stall the first touch for a second.
+_PLAIN_PAGES = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}
+
+
+def _measure(cmd: list[str], cwd: Path, timeout: float, env: dict | None = None) -> dict:
     """Run one side once: wall seconds, peak MB, and what the program printed (simulated seconds, result)."""
-    done = run_process(cmd, cwd, timeout)
+    done = run_process(cmd, cwd, timeout, env=env)
     lines = [line.split() for line in done.out.splitlines() if line.startswith("simulated_seconds")]
     if done.returncode != 0 or not lines:
         why = f"timed out after {timeout:g} s" if done.timed_out else \
@@ -71,7 +78,7 @@ def compare(ranks=RANKS, repeats: int = 3, count: int = COUNT, timeout: float = 
             runs = {"simcomm": [], "smpi": []}
             for _ in range(repeats):  # interleaved
                 for side, cmd in (("simcomm", ours), ("smpi", smpi)):
-                    runs[side].append(_measure(cmd, tmp, timeout))
+                    runs[side].append(_measure(cmd, tmp, timeout, _PLAIN_PAGES if side == "simcomm" else None))
                     if progress:
                         progress(f"{side} {n} ranks: {runs[side][-1].get('wall_seconds', float('nan')):.2f} s")
             rows.append(_summarise(n, runs))

@@ -7,10 +7,10 @@ the fabric by breadth-first search between switches), so a 16,384-GPU cluster ne
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from functools import cached_property
 
-import networkx as nx
 import numpy as np
 
 from .model import Fabric, HardwareError, NodeTemplate
@@ -40,6 +40,32 @@ class _SwitchGraph:
     rsrc: np.ndarray
 
 
+def _shortest_paths(g: dict, source) -> dict:
+    """Dijkstra from source over g (vertex -> {next: (index, weight)}): vertex -> path, ties broken as networkx's
+    single_source_dijkstra_path breaks them (first found, neighbours in insertion order), so routes do not move.
+    Written here because importing networkx for it cost every simcomm process 75 ms at start."""
+    dist: dict = {}
+    seen = {source: 0.0}
+    paths = {source: [source]}
+    heap = [(0.0, 0, source)]
+    counter = 1
+    while heap:
+        d, _, v = heapq.heappop(heap)
+        if v in dist:
+            continue
+        dist[v] = d
+        for u, (_, cost) in g[v].items():
+            vu = d + cost
+            if u in dist:
+                continue
+            if u not in seen or vu < seen[u]:
+                seen[u] = vu
+                heapq.heappush(heap, (vu, counter, u))
+                counter += 1
+                paths[u] = paths[v] + [u]
+    return paths
+
+
 def _template_paths(t: NodeTemplate) -> tuple[dict, dict, dict]:
     """Local paths as tuples of template link indices: the widest path (highest bottleneck bandwidth, as NCCL's
     topology search prefers NVLink over PCIe), then the lowest latency, then the fewest hops.
@@ -54,18 +80,19 @@ def _template_paths(t: NodeTemplate) -> tuple[dict, dict, dict]:
     widths = sorted({link.bandwidth for link in t.links}, reverse=True)
     graphs = []
     for width in widths:
-        g = nx.DiGraph()
+        g: dict = {}  # vertex -> {next vertex: (link index, weight)}, in insertion order
         for j, link in enumerate(t.links):
             if link.bandwidth >= width:
                 # A tiny per-hop term breaks latency ties in favour of fewer hops.
-                g.add_edge(out.get(link.src, link.src), sink.get(link.dst, link.dst), index=j,
-                           weight=link.latency + 1e-12)
+                u, v = out.get(link.src, link.src), sink.get(link.dst, link.dst)
+                g.setdefault(u, {})[v] = (j, link.latency + 1e-12)
+                g.setdefault(v, {})
         graphs.append(g)
     found: dict[object, dict] = {}
 
     def paths_from(a) -> list[dict]:
         if a not in found:
-            found[a] = [nx.single_source_dijkstra_path(g, a, weight="weight") if a in g else {} for g in graphs]
+            found[a] = [_shortest_paths(g, a) if a in g else {} for g in graphs]
         return found[a]
 
     def path(a: str, b: str) -> tuple[int, ...]:
@@ -73,7 +100,7 @@ def _template_paths(t: NodeTemplate) -> tuple[dict, dict, dict]:
         for g, reach in zip(graphs, paths_from(src)):
             if dst in reach:
                 vertices = reach[dst]
-                return tuple(g.edges[u, v]["index"] for u, v in zip(vertices, vertices[1:]))
+                return tuple(g[u][v][0] for u, v in zip(vertices, vertices[1:]))
         raise HardwareError(f"{t.name}: no path from {a} to {b} inside a node")
 
     pairs = {(i, j): path(a, b) for i, a in enumerate(t.endpoints) for j, b in enumerate(t.endpoints) if i != j}
@@ -349,8 +376,9 @@ class Cluster:
         return self.bottleneck(0, (self.num_nodes - 1) * self.ranks_per_node)
 
     @cached_property
-    def graph(self) -> nx.DiGraph:
-        """The whole cluster as a networkx graph (built on first use; large clusters make large graphs)."""
+    def graph(self):
+        """The whole cluster as a networkx DiGraph (built on first use; large clusters make large graphs)."""
+        import networkx as nx
         g = nx.DiGraph()
         t = self.template
         for k in range(self.num_nodes):
