@@ -29,7 +29,8 @@ def real_lines(script, args=(), nproc=None) -> list[str]:
     else:
         cmd = [sys.executable, str(EXAMPLES / script), *args]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    if out.returncode and "address already in use" in out.stderr.lower():  # a port race with a parallel test
+    if out.returncode:  # once more: a port race with a parallel test, or real gloo aborting a rank at teardown
+        # under load ("terminate called without an active exception", seen 1 run in ~10 on 2 busy cores)
         env["MASTER_PORT"] = str(free_port())
         cmd = [env["MASTER_PORT"] if c == cmd[cmd.index("--master-port") + 1] else c for c in cmd] \
             if "--master-port" in cmd else cmd
