@@ -119,7 +119,6 @@ class _Edges:
         pairs, self.pair = np.unique(pair_keys, return_inverse=True)
         self.pair = self.pair.reshape(-1)
         self.pair_src, self.pair_dst = pairs // n, pairs % n
-        self.n = n
         self.offsets = np.unique(self.offset)
 
 
@@ -158,9 +157,8 @@ def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], c
         j = t - e.offsets
         return bool(((j >= 0) & (j < slices)).all() and column_full[j].all())
 
-    def build(t: int, mask: np.ndarray | None, repeat: int = 1) -> tuple[Step, np.ndarray]:
-        """The step of stage t over the edges in mask (None: all, each with a full slice); also the slice of
-        each listed edge."""
+    def build(t: int, mask: np.ndarray | None, repeat: int = 1) -> Step:
+        """The step of stage t over the edges in mask (None: all, each with a full slice)."""
         idx = np.arange(len(e.src)) if mask is None else np.flatnonzero(mask)
         js = t - e.offset[idx]
         code = size_code[e.inst[idx], js]
@@ -186,7 +184,7 @@ def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], c
         upi = idx[e.is_up[idx]]
         if len(upi):
             st.local_reduce = (e.dst[upi], sizes[size_code[e.inst[upi], t - e.offset[upi]]])
-        return st, js
+        return st
 
     t = 0
     while t < stages:
@@ -194,14 +192,14 @@ def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], c
             run = 1
             while t + run < stages and full(t + run):
                 run += 1
-            st, _ = build(t, None, run)
+            st = build(t, None, run)
         else:
             run = 1
             j = t - e.offset
             ok = (j >= 0) & (j < slices)
             ok[ok] = true_bytes[e.inst[ok], j[ok]] > 0
             if ok.any():
-                st, _ = build(t, ok)
+                st = build(t, ok)
             else:
                 st = Step(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), label=f"{label} stage {t + 1}")
         yield st
