@@ -1,9 +1,10 @@
 """Runs one ordinary (blocking) function per rank against the simulated clock.
 
 Each rank keeps its own call stack (a greenlet, or an OS thread: see execution.py), but only one runs at a time: a
-baton passes between the scheduler and the ranks, so runs are deterministic. A rank runs at the current simulated time until it blocks on an event (a recv, a collective,
-a sleep); the scheduler then advances the simulation until some blocked rank's event fires. If every live rank is
-blocked and no event is pending, nothing can ever wake them: that is a deadlock, reported with what each waits for.
+baton passes between the scheduler and the ranks, so runs are deterministic. A rank runs at the current simulated
+time until it blocks on an event (a recv, a collective, a sleep); the scheduler then advances the simulation until
+some blocked rank's event fires. If every live rank is blocked and no event is pending, nothing can ever wake
+them: that is a deadlock, reported with what each waits for.
 
 A rank that polls (Work.is_completed() returning False) yields too: it runs again once the simulation has taken
 one more step, so a polling loop lets time advance, and polling for what can never happen is a deadlock.
