@@ -1,5 +1,6 @@
-"""Reductions folded straight from the ranks' own arrays (fold.py) give the very bits of the plans' step-by-step
-numerics on stacked rows: every dtype, op, rank count and size, NaNs and signed zeros included."""
+"""Reductions computed straight from the ranks' own arrays (fold.py for the rings, tree_schedule.tree_fold for the
+double tree) give the very bits of the plans' step-by-step numerics on stacked rows: every dtype, op, rank count,
+size and node layout, NaNs and signed zeros included."""
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -8,6 +9,7 @@ from simcomm.algorithms import Buffers, Collective, ReduceOp
 from simcomm.algorithms.plan import FLAT, Placement
 from simcomm.algorithms.gloo import gloo_all_reduce
 from simcomm.algorithms.ring import ring_all_reduce
+from simcomm.algorithms.tree import tree_all_reduce
 
 DTYPES = ["float32", "float16", "float64", "int32", "int64", "uint8", "int8", "bool", "complex64"]
 OPS = {"SUM", "PRODUCT", "MAX", "MIN", "BAND", "BOR", "BXOR", "AVG"}
@@ -44,17 +46,17 @@ def _run(plan, coll: Collective, buf: Buffers) -> np.ndarray:
 
 @settings(max_examples=150, deadline=None)
 @given(n=st.integers(1, 9), count=st.integers(0, 3000), dtype=st.sampled_from(DTYPES),
-       op=st.sampled_from(sorted(OPS)), seed=st.integers(0, 2**31), plan=st.sampled_from(["gloo", "ring"]),
+       op=st.sampled_from(sorted(OPS)), seed=st.integers(0, 2**31), plan=st.sampled_from(["gloo", "ring", "tree"]),
        nodes=st.sampled_from([1, 2, 3]))
 def test_folding_the_ranks_arrays_equals_the_step_by_step_numerics(n, count, dtype, op, seed, plan, nodes):
     """nodes > 1: the ranks split into that many equal nodes, so NCCL's ring runs one channel per local rank."""
     dtype = np.dtype(dtype)
-    if not _allowed(op, dtype) or (plan == "ring" and dtype.kind == "c"):
+    if not _allowed(op, dtype) or (plan != "gloo" and dtype.kind == "c"):
         return
     rows = _data(np.random.default_rng(seed), n, count, dtype)
     placement = Placement(None, n // nodes, n // nodes) if nodes > 1 and n % nodes == 0 else FLAT
     coll = Collective("all_reduce", np.arange(n), count, dtype, getattr(ReduceOp, op), placement=placement)
-    fn = gloo_all_reduce if plan == "gloo" else ring_all_reduce
+    fn = {"gloo": gloo_all_reduce, "ring": ring_all_reduce, "tree": tree_all_reduce}[plan]
     stacked = _run(fn, coll, Buffers(rows.copy(), coll.op))
     sources = [row.copy() for row in rows]
     folded = _run(fn, coll, Buffers(None, coll.op, sources=sources))

@@ -228,3 +228,48 @@ def _reduce_stage(work: np.ndarray, buf: Buffers, e: _Edges, t: int, slices: int
     for k in np.lexsort((v, s)).tolist():
         block = work[p[k], i[k], js[k]]
         combine(buf.op, block, work[v[k], i[k], js[k]], out=block)
+
+
+def tree_fold(sources: list[np.ndarray], parents: list[np.ndarray], count: int, op) -> np.ndarray:
+    """The (count,) all-reduce result the tree instances `parents` compute, straight from the ranks' own arrays.
+
+    Instance i owns the i-th of len(parents) equal segments. A rank's partial result is its own segment combined
+    with its children's partial results, children in index order (the order pipelined_trees combines siblings);
+    the roots' partials are the result. Only the ranks with children get a working copy, each freed once its
+    parent has it: no stacked copy of every rank's data (tests check the same bits as the step-by-step plan)."""
+    m = len(parents)
+    seg = -(-count // m)
+    out = np.empty(count, dtype=sources[0].dtype)
+    for i, parent in enumerate(parents):
+        lo, hi = i * seg, min((i + 1) * seg, count)
+        if lo >= hi:
+            continue
+        children: dict[int, list[int]] = {}
+        for v in np.flatnonzero(parent >= 0).tolist():  # ascending: each parent's children in index order
+            children.setdefault(int(parent[v]), []).append(v)
+        root = int(np.flatnonzero(parent < 0)[0])
+        out[lo:hi] = _partial(root, children, sources, lo, hi, op)
+    return out
+
+
+def _partial(v: int, children: dict, sources: list[np.ndarray], lo: int, hi: int, op) -> np.ndarray:
+    """Rank v's partial result on elements [lo, hi): its own slice (a view when it has no children)."""
+    kids = children.get(v)
+    if not kids:
+        return sources[v][lo:hi]
+    acc = sources[v][lo:hi].copy()
+    stack = [(v, acc, iter(kids))]
+    while stack:  # depth first without recursion: trees inside nodes are chains as long as the node is wide
+        u, acc_u, rest = stack[-1]
+        c = next(rest, None)
+        if c is None:
+            stack.pop()
+            if stack:
+                combine(op, stack[-1][1], acc_u, out=stack[-1][1])
+            continue
+        if children.get(c):
+            stack.append((c, sources[c][lo:hi].copy(), iter(children[c])))
+        else:
+            combine(op, acc_u, sources[c][lo:hi], out=acc_u)
+    return acc
+
