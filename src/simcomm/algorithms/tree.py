@@ -28,7 +28,7 @@ import numpy as np
 from .base import Algorithm, stepwise
 from .cost import CostModel, pipelined_end
 from .plan import Buffers, Collective
-from .tree_schedule import choose_slices, depths, pipelined_trees
+from .tree_schedule import choose_slices, depths, pipelined_trees, tree_fold
 
 MIN_CHANNEL_BYTES = 32 << 10  # a channel per this many bytes per tree, at most (NCCL: 64 B/thread x 512 threads)
 
@@ -104,8 +104,12 @@ def tree_all_reduce(coll: Collective, buf: Buffers):
     if coll.n == 1:
         return
     parents = double_tree_parents(coll)
-    final = yield from pipelined_trees(coll, buf, parents, coll.count, True, True,
-                                       buf.rows if buf.live else None, "tree all-reduce")
+    if buf.unstacked:  # the result straight from the ranks' own arrays (tree_schedule.tree_fold)
+        yield from pipelined_trees(coll, buf, parents, coll.count, True, True, None, "tree all-reduce")
+        final = tree_fold(buf.sources, parents, coll.count, buf.op)
+    else:
+        final = yield from pipelined_trees(coll, buf, parents, coll.count, True, True,
+                                           buf.rows if buf.live else None, "tree all-reduce")
     if final is not None:
         buf.rows = np.broadcast_to(final, (coll.n, coll.count))
 
