@@ -30,10 +30,11 @@ def simulate(cluster, kind, n, count, algorithm, proto, dtype="float32"):
 
 
 def intra(cluster, proto_name, family="ring"):
-    """(alpha, beta, protocol) between two GPUs of node 0."""
-    p = protocol(proto_name, family, cluster.device.kind)
+    """(alpha, beta, protocol) between two GPUs of node 0; LL no faster than NCCL's llMaxBw for one node (141 GB/s on
+    Hopper, 87.7 on Ampere: it binds the ring's LL, 185 and 120 GB/s at LL's 0.5)."""
+    p = protocol(proto_name, family, cluster.device.kind, device_name=cluster.device.name, nodes=1)
     bw, lat, kind = cluster.intra_node
-    return lat + p.hop(kind), bw * p.efficiency, p
+    return lat + p.hop(kind), min(bw * p.efficiency, p.max_rate), p
 
 
 @pytest.mark.parametrize("preset", ["hgx-h100", "dgx-a100"])
@@ -54,6 +55,24 @@ def test_ring_all_reduce_busbw_hgx_h100_1gib():
     t = simulate(c, "all_reduce", 8, size // 4, "ring", "Simple")
     busbw = size / t * 2 * 7 / 8
     assert busbw == pytest.approx(370.8e9, rel=0.05)
+
+
+@pytest.mark.parametrize("preset, nodes, cap", [("hgx-h100", 1, 141e9), ("hgx-h100", 2, 45e9), ("hgx-h100", 4, 35e9),
+                                                ("dgx-a100", 1, 87.7e9), ("dgx-a100", 2, 22.5e9)])
+def test_ll_is_held_to_nccls_llmaxbw(preset, nodes, cap):
+    """NCCL's llMaxBw by GPU generation and node count: the simulated LL ring's busbw (what each rank sends per
+    second) reaches it and no more, though its links would carry LL at 0.5 x 370.8 (Hopper NVLink), 0.5 x 384
+    (8 NDR NICs per node) and so on; the tree's busiest rank is held to it too, and the prediction follows."""
+    from simcomm.algorithms import predict
+    c = build_cluster(preset, nodes=nodes)
+    n, size = c.num_ranks, 256 << 20
+    ring_t = simulate(c, "all_reduce", n, size // 4, "ring", "LL")
+    assert size / ring_t * 2 * (n - 1) / n == pytest.approx(cap, rel=0.02)
+    tree_t = simulate(c, "all_reduce", n, size // 4, "tree", "LL")
+    assert size / tree_t * 2 * (n - 1) / n < cap
+    coll = Collective("all_reduce", np.arange(n), size // 4)
+    assert predict(c, coll, "ring", "LL") == pytest.approx(ring_t, rel=0.01)
+    assert predict(c, coll, "tree", "LL") == pytest.approx(tree_t, rel=0.05)
 
 
 def _chain_broadcast_time(cluster, n, size, slices, proto_name):

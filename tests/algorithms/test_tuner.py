@@ -166,15 +166,15 @@ def test_predictions_exist_and_are_positive_for_everything_registered():
 def test_model_numbers_single_hgx_node():
     """Spot values with this cluster's own figures (370.8 GB/s NVLink, 0.7 us route): the ring is NCCL's formula;
     the tree is the simulated one's law (one channel for 8 bytes: both trees are the chain 0-1-...-7, 2 x 7
-    stages each carrying both halves; no 0.92 and no llMaxBw cap, which the simulation does not apply); NVLS is
-    NCCL's formula."""
+    stages each carrying both halves; no 0.92, and LL at NCCL's llMaxBw for one Hopper node, 141 GB/s, below LL's
+    0.5 x 370.8, as the simulation holds it); NVLS is NCCL's formula."""
     c = build_cluster("hgx-h100")
     lat = c.intra_node[1]
     s = GIB
     ring = predict(c, coll("all_reduce", 8, s), "ring", "Simple")
     assert ring == pytest.approx(8.4e-6 + 14 * (3.4e-6 + lat) + s * 14 / 8 / 370.8e9, rel=1e-9)
     tree_ll = predict(c, coll("all_reduce", 8, 8), "tree", "LL")
-    assert tree_ll == pytest.approx(6.8e-6 + 2 * 7 * (0.6e-6 + lat + 8 / (0.5 * 370.8e9)), rel=1e-9)
+    assert tree_ll == pytest.approx(6.8e-6 + 2 * 7 * (0.6e-6 + lat + 8 / 141e9), rel=1e-9)
     nvls = predict(c, coll("all_reduce", 8, s), "nvls", "Simple")
     bus = 370.8e9 * 0.85 * 15 / 16 * 2
     assert nvls == pytest.approx(25e-6 + c.link_latency[c.switch_links(0)[0]] + s / (bus * 8 / 14), rel=1e-9)

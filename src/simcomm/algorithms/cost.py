@@ -55,9 +55,19 @@ class CostModel:
 
     def proto_bw(self, bus: float) -> float:
         """The bandwidth the protocol gets out of `bus` bytes/s of links: its efficiency (the cluster's tuning
-        included), the figure the simulation's wire factor divides by. NCCL's own tuner also caps LL at its
-        llMaxBw; the simulation does not, so neither does the prediction."""
+        included), the figure the simulation's wire factor divides by."""
         return bus * self.proto.efficiency
+
+    def capped(self, t, payload):
+        """A step's transfer time `t` as the executor times it under the protocol's rate cap (LL's llMaxBw): no
+        less than the busiest rank's `payload` bytes at the cap (scalars or arrays alike)."""
+        return np.maximum(t, payload / self.proto.max_rate)
+
+    def cap_scale(self, t, payload):
+        """How much the cap stretches a step of transfer time `t` (>= 1): the executor scales every flow of the
+        step alike, so a step's parts (a hop inside a node, one across) stretch by this same factor."""
+        t = np.asarray(t, dtype=float)
+        return np.where(t > 0, self.capped(t, payload) / np.where(t > 0, t, 1.0), 1.0)
 
     # ---- the alpha-beta step model -----------------------------------------------------------------------
     def shift_cross(self, d: int) -> int:
@@ -80,9 +90,9 @@ class CostModel:
             return self.inter_lat if cross else self.intra_lat
         t_intra = nbytes / self.proto_bw(self.intra_bw) if cross < self.ppn else 0.0
         if not cross:
-            return self.intra_lat + t_intra
+            return self.intra_lat + float(self.capped(t_intra, nbytes))
         share = min(self.path_bw, self.node_net / cross)
-        return self.inter_lat + max(t_intra, nbytes / self.proto_bw(share))
+        return self.inter_lat + float(self.capped(max(t_intra, nbytes / self.proto_bw(share)), nbytes))
 
     def fold(self, nbytes: float) -> float:
         """Folding a non-power-of-two group onto the largest power of two below it, and unfolding: two steps."""

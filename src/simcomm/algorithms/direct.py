@@ -143,8 +143,8 @@ def _predict_direct(m: CostModel, coll: Collective) -> float:
         out_intra, out_inter = (m.ppn - 1) * blk, (n - m.ppn) * blk
         t = out_intra / m.proto_bw(m.intra_bw) if m.ppn > 1 else 0.0
         if out_inter:
-            return m.inter_lat + max(t, out_inter / m.proto_bw(m.rank_net))
-        return m.intra_lat + t
+            return m.inter_lat + float(m.capped(max(t, out_inter / m.proto_bw(m.rank_net)), (n - 1) * blk))
+        return m.intra_lat + float(m.capped(t, (n - 1) * blk))
     if kind == "all_to_all":
         return sum(m.step(blk, m.shift_cross(s)) for s in range(1, n))
     if kind == "broadcast":  # the root's links carry n - 1 copies of the whole buffer
@@ -152,8 +152,9 @@ def _predict_direct(m: CostModel, coll: Collective) -> float:
     if kind in ("gather", "scatter", "broadcast"):
         t = (m.ppn - 1) * blk / m.proto_bw(m.intra_bw) if m.ppn > 1 else 0.0
         if n > m.ppn:
-            return m.inter_lat + max(t, (n - m.ppn) * blk / m.proto_bw(min(m.path_bw, m.node_net)))
-        return m.intra_lat + t
+            t = max(t, (n - m.ppn) * blk / m.proto_bw(min(m.path_bw, m.node_net)))
+            return m.inter_lat + float(m.capped(t, (n - 1) * blk))
+        return m.intra_lat + float(m.capped(t, (n - 1) * blk))
     return m.step(blk, m.shift_cross(1))  # sendrecv: one shift
 
 

@@ -13,6 +13,12 @@ memory ("steps" detail): the network replays them with one event (FlowNetwork.ru
 lazily (DeviceQueue.hold) and the latency clocks advance on one clock per class of alike clocks (chains.py). If
 something does come along, the run is cut where it stands and the remaining steps go step by step, so contention
 is timed exactly as before.
+
+A protocol with a rate cap (LL's llMaxBw: protocols.py) is held to it step by step: a step whose busiest sender
+would push its payload faster than the cap puts proportionally more bytes on the wire (a larger wire factor for
+that step), so it lasts max(its time at the protocol's efficiency, busiest sender's payload / cap). The step's
+time at wire factor 1 is taken as its busiest link's load over the link's capacity, which is what the lockstep
+steps of ring, tree and chains take uncontended (a per-flow rate cap would need the engine).
 """
 from __future__ import annotations
 
@@ -56,6 +62,7 @@ class _Executor:
         self.last: Step | None = None  # the step last timed step by step, with what it cost
         self.last_cost: np.ndarray | None = None
         self.last_reduction: _Reduction | None = None
+        self._wire: tuple[Step | None, float] = (None, proto.wire_factor)  # the step last given a capped factor
 
     # ---- one step, the general way -------------------------------------------------------------------------
     def flows(self, st: Step):
@@ -63,10 +70,32 @@ class _Executor:
         if key not in self.seen or self.seen[key][0] is not st.src:
             ranks = self.coll.ranks
             g_src, g_dst = ranks[st.src], ranks[st.dst]
-            extra = self.hop_intra if st.routes is not None else \
-                np.where(g_src // self.rpn == g_dst // self.rpn, self.hop_intra, self.hop_net)
+            extra = np.where(g_src // self.rpn == g_dst // self.rpn, self.hop_intra, self.hop_net)
             self.seen.put(key, (st.src, g_src, g_dst, extra))
         return self.seen.get(key)[1:]
+
+    def wire(self, st: Step) -> float:
+        """The wire factor of step st: the protocol's, raised where its rate cap binds (module docstring)."""
+        cap = self.proto.max_rate
+        if not np.isfinite(cap) or not len(st.src):
+            return self.proto.wire_factor
+        if self._wire[0] is st:
+            return self._wire[1]
+        cluster = self.sim.cluster
+        g_src, g_dst, _ = self.flows(st)
+        payload = st.nbytes if st.weight is None else st.nbytes * st.weight
+        routes = st.routes if st.routes is not None else cluster.route_ids(g_src, g_dst)
+        lengths, starts, links = cluster.route_csr()
+        span = lengths[routes]  # each flow's links, laid end to end: flow f's k-th link is links[starts + k]
+        on = links[np.repeat(starts[routes] - np.cumsum(span) + span, span) + np.arange(int(span.sum()))]
+        load = np.bincount(on, weights=np.repeat(payload, span), minlength=cluster.num_links)
+        busy = float((load[on] / cluster.link_capacity[on]).max()) if len(on) else 0.0
+        busiest = float(np.bincount(st.src, weights=payload).max())
+        factor = self.proto.wire_factor
+        if busy > 0:
+            factor = max(factor, busiest / (cap * busy))
+        self._wire = (st, factor)
+        return factor
 
     def name(self, st: Step, index: int) -> str:
         """A step's label; repeats are numbered (index of repeat, 1-based)."""
@@ -76,7 +105,7 @@ class _Executor:
     def begin(self, st: Step, index: int = 1):
         g_src, g_dst, extra = self.flows(st)
         return self.sim.network.transfer(g_src, g_dst, st.nbytes, label=self.name(st, index),
-                                         extra_latency=extra, wire_factor=self.proto.wire_factor,
+                                         extra_latency=extra, wire_factor=self.wire(st),
                                          routes=st.routes, weight=st.weight, with_latency=False, tags=self.tags)
 
     def step(self, st: Step, index: int = 1):
@@ -142,7 +171,7 @@ class _Executor:
             return 0
         g_src, g_dst, extra = self.flows(st)
         net = sim.network
-        known = net.known(g_src, g_dst, st.nbytes, extra_latency=extra, wire_factor=self.proto.wire_factor,
+        known = net.known(g_src, g_dst, st.nbytes, extra_latency=extra, wire_factor=self.wire(st),
                           routes=st.routes, weight=st.weight)
         if known is None:
             return 0
@@ -157,7 +186,7 @@ class _Executor:
         if smap is None:
             return 0
         run = net.run(g_src, g_dst, st.nbytes, starts, label=self.name(st, st.repeat - count + 1),
-                      extra_latency=extra, wire_factor=self.proto.wire_factor, routes=st.routes,
+                      extra_latency=extra, wire_factor=self.wire(st), routes=st.routes,
                       weight=st.weight, tags=self.tags)
         if run is None:
             return 0

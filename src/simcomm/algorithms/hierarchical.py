@@ -116,7 +116,7 @@ def _predict(m: CostModel, coll: Collective) -> float:
     chunk = float(coll.nbytes) / ll
     t = 2 * (ll - 1) * m.step(chunk, 0) if ll > 1 else 0.0
     if nn > 1:
-        t += 2 * (nn - 1) * (m.inter_lat + chunk / nn / m.proto_bw(m.rank_net))
+        t += 2 * (nn - 1) * (m.inter_lat + float(m.capped(chunk / nn / m.proto_bw(m.rank_net), chunk / nn)))
     return t
 
 

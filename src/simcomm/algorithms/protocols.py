@@ -2,10 +2,15 @@
 
 A protocol adds a software latency per step that depends on what the step crosses (NVLink, PCIe, network) and
 divides the bandwidth by its efficiency (LL sends a flag with every 4 bytes; LL128 one per 120 of 128 bytes).
+LL also has a ceiling, NCCL's llMaxBw: however fast the links, a rank moves LL data at no more than that many
+bytes/s (busBw, which is what each rank sends per second in a ring or tree), lower across nodes (`max_rate`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..errors import AlgorithmError
 
@@ -18,6 +23,7 @@ class Protocol:
     efficiency: float  # payload bytes / wire bytes
     hop_latency: dict  # seconds per step, by what the step crosses: "nvlink", "pcie", "net", "loopback"
     base_latency: float  # seconds once per collective (launch and setup)
+    max_rate: float = math.inf  # payload bytes/s one rank may send (LL's llMaxBw); the executor enforces it
 
     @property
     def wire_factor(self) -> float:
@@ -37,15 +43,31 @@ _HOP = {
 _BASE = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}, "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4}}
 # LL: half the bytes are flags. LL128: NCCL models 0.92 of Simple's bandwidth.
 _EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
+# llMaxBw (GB/s) by GPU generation for groups on 1 node / 2 nodes / more (tuning.cc's llMaxBws table); the
+# generation is read off the device's name. Ring and tree LL are both capped at it (NCCL: min(llMaxBw, busBw x
+# 1/4 or 1/3) for the ring, min(llMaxBw, busBw / 3.8) for the tree; the simulation's own LL efficiency, 0.5 times
+# the fitted figure, stands for the second factor).
+_LL_MAX_BW = ((("V100",), (39.0, 39.0, 20.4)), (("A100", "A800", "A30"), (87.7, 22.5, 19.0)),
+              (("H100", "H200", "H800", "H20"), (141.0, 45.0, 35.0)), (("B100", "B200", "B300"), (282.0, 90.0, 70.0)))
+
+
+def ll_max_bw(device_name: str, nodes: int) -> float:
+    """NCCL's llMaxBw in bytes/s for `device_name`'s GPU generation and a group on `nodes` nodes (inf for a
+    device NCCL's table does not know: no cap)."""
+    for names, caps in _LL_MAX_BW:
+        if any(x in device_name.upper() for x in names):
+            return caps[0 if nodes <= 1 else 1 if nodes == 2 else 2] * 1e9
+    return math.inf
 
 
 def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=None, kind: str = "",
-             ranks: int = 0) -> Protocol:
+             ranks: int = 0, device_name: str = "", nodes: int = 1) -> Protocol:
     """The protocol `name` as used by an algorithm of `family` ("ring" or "tree" latencies).
 
     CPU ranks (gloo over TCP) have no NCCL protocols: they get a plain protocol with no added latency.
     `tuning` (the cluster's hardware.Tuning) adds its launch and per-step overheads and scales the bandwidth by its
     efficiency for the family, the protocol and the collective `kind`; without it NCCL's tuner figures stand.
+    LL on a GPU NCCL's table knows (`device_name`) is capped at llMaxBw for a group spanning `nodes` nodes.
     """
     launch = tuning.launch_overhead if tuning is not None else 0.0
     step = tuning.step_overhead_for(ranks) if tuning is not None else 0.0
@@ -62,4 +84,13 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
     factor = tuning.factor(family, name, kind) if tuning is not None else 1.0
     return Protocol(name, _EFFICIENCY[name] * factor,
                     {"nvlink": nv * _US + step, "pcie": pci * _US + step, "net": net * _US + step,
-                     "loopback": pci * _US + step}, base * _US + launch)
+                     "loopback": pci * _US + step}, base * _US + launch,
+                    ll_max_bw(device_name, nodes) if name == "LL" else math.inf)
+
+
+def protocol_for(name: str, family: str, cluster, coll) -> Protocol:
+    """The protocol `name` for collective `coll` (placed) on `cluster`: its tuning, device and node count."""
+    rpn = cluster.ranks_per_node
+    nodes = int(np.unique(np.asarray(coll.ranks) // rpn).size) if rpn else 1
+    return protocol(name, family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n,
+                    cluster.device.name, nodes)

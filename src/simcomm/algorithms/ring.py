@@ -250,7 +250,8 @@ def predict_ring(m: CostModel, coll: Collective) -> float:
     slower of the node's NICs (each node boundary carries size/n per step) and NVLink (a rank whose channels all
     have a neighbour in its node sends all of it there; with a channel per local rank each sends one chunk across);
     a chunk's latency adds up along its own path, which crosses a node boundary every ranks-per-node hops, and
-    hides behind the lockstep where a step's transfer outlasts its hop. broadcast and reduce: _predict_chain.
+    hides behind the lockstep where a step's transfer outlasts its hop. Under LL's rate cap a step lasts at
+    least each rank's size/n at the cap, every transfer in it stretched alike. broadcast and reduce: _predict_chain.
     """
     n, kind, size = m.n, coll.kind, float(coll.nbytes)
     if kind in ("broadcast", "reduce"):
@@ -258,10 +259,13 @@ def predict_ring(m: CostModel, coll: Collective) -> float:
     nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
     per_step = size / n
     if m.nodes <= 1:
-        return m.proto.base_latency + nsteps * (m.intra_lat + per_step / m.proto_bw(m.intra_bw))
+        return m.proto.base_latency + nsteps * (m.intra_lat + float(m.capped(per_step / m.proto_bw(m.intra_bw),
+                                                                               per_step)))
     share = 1 - 1 / m.ppn if coll.placement.channels >= m.ppn else 1.0  # of per_step over NVLink
     t_intra = share * per_step / m.proto_bw(m.intra_bw)
     t_cross = per_step / m.proto_bw(m.node_net)
+    stretch = float(m.cap_scale(max(t_intra, t_cross), per_step))
+    t_intra, t_cross = t_intra * stretch, t_cross * stretch
     step = max(t_intra, t_cross)
     intra, cross = t_intra + m.intra_lat, t_cross + m.inter_lat  # a hop inside a node, and to the next node
     crossings = min(nsteps, -(-nsteps // m.ppn))
@@ -273,7 +277,8 @@ def predict_ring(m: CostModel, coll: Collective) -> float:
 def _predict_chain(m: CostModel, coll: Collective) -> float:
     """The simulated pipelined chain (chain_broadcast, chain_reduce): n - 1 + slices - 1 lockstep stages, each as
     long as its slowest busy hop's slice (a hop to another node goes at the NIC's rate), and the last slice's
-    latency chain along the n - 1 hops (cost.pipelined_end)."""
+    latency chain along the n - 1 hops (cost.pipelined_end); under LL's cap a stage lasts at least a slice at the
+    cap (a rank sends one slice per stage), its hops stretched alike."""
     order = coll.ranks[_chain(coll)]
     cross = (order[1:] // m.rpn) != (order[:-1] // m.rpn)
     slices = pipeline_slices(coll.count * coll.itemsize)
@@ -285,7 +290,10 @@ def _predict_chain(m: CostModel, coll: Collective) -> float:
     first, last = np.maximum(stage - slices + 1, 0), np.minimum(stage, hops - 1)  # the hops busy at each stage
     crossing = np.concatenate([[0], np.cumsum(cross)])
     times = np.where(crossing[last + 1] > crossing[first], t_cross, t_intra)
-    costs = np.where(cross, t_cross + m.inter_lat, t_intra + m.intra_lat)
+    stretch = m.cap_scale(times, piece)
+    times = times * stretch
+    costs = np.where(cross, t_cross, t_intra) * stretch[slices - 1:slices - 1 + hops] + \
+        np.where(cross, m.inter_lat, m.intra_lat)
     return m.proto.base_latency + pipelined_end(times, costs, slices)
 
 

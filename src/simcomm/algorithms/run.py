@@ -10,7 +10,7 @@ from . import gloo
 from .catalog import ALGORITHMS
 from .executor import execute
 from .plan import Buffers, Collective
-from .protocols import protocol as make_protocol
+from .protocols import protocol_for
 from .reduce_ops import check_op, finish, prepare, prepares
 from .tuner import Choice, choose
 
@@ -63,7 +63,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     reducing = coll.kind in REDUCING
     if buf.live and reducing and prepares(coll.op, coll.dtype, premul):
         buf.rows[...] = prepare(coll.op, buf.rows, coll.n, premul)
-    proto = make_protocol(choice.protocol, alg.family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n)
+    proto = protocol_for(choice.protocol, alg.family, cluster, coll)
     op = {"PRODUCT": "prod"}.get(coll.op.name, coll.op.name.lower())
     name = label or f"{coll.kind} {choice.algorithm}/{proto.name}"
     tags = {"collective": coll.kind, "dtype": coll.dtype.name, "op": op, **(tags or {}),

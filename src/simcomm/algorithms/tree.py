@@ -153,7 +153,8 @@ def _stage_times(m: CostModel, channels: int, slices: int, slice_bytes: float) -
     In tree t, channel j, local rank q sits at position p = (q - j) mod ppn of its node's chain, so at depth
     d + p for a node at depth d: it sends up (p >= 1) from stage D - d - p and down (p <= ppn - 2) from D + d + p,
     each for `slices` stages; the chain's head (q = j) sends across to the parent node from D - d and to each
-    child node from D + d. Nodes alike in both trees load their links alike, so one of each kind is counted."""
+    child node from D + d. Nodes alike in both trees load their links alike, so one of each kind is counted.
+    Under LL's cap a stage lasts at least its busiest rank's slices (NVLink and NIC sends together) at the cap."""
     ppn = m.ppn
     tree_depths, kinds = _node_shapes(m.nodes)
     deepest = [d + ppn - 1 for d in tree_depths]
@@ -174,7 +175,8 @@ def _stage_times(m: CostModel, channels: int, slices: int, slice_bytes: float) -
                     np.add.at(nic, (j % ppn, start + slices), -float(count))
         busy = np.maximum(np.cumsum(nvlink, axis=1).max(axis=0) / m.proto_bw(m.intra_bw),
                           np.cumsum(nic, axis=1).max(axis=0) / m.proto_bw(m.rank_net) if m.nodes > 1 else 0.0)
-        worst = np.maximum(worst, busy * slice_bytes)
+        sends = np.cumsum(nvlink + nic, axis=1).max(axis=0) * slice_bytes
+        worst = np.maximum(worst, m.capped(busy * slice_bytes, sends))
     return worst[:2 * max(deepest) + slices - 1]
 
 
@@ -224,6 +226,7 @@ def _predict_rooted(m: CostModel, coll: Collective) -> float:
     fan_cross = np.bincount(parent[v][cross], minlength=n).max() if cross.any() else 0
     t = max(fan_intra * size / m.proto_bw(m.intra_bw) if fan_intra else 0.0,
             fan_cross * size / m.proto_bw(min(m.intra_bw, m.path_bw)) if fan_cross else 0.0)
+    t = float(m.capped(t, np.bincount(parent[v], minlength=n).max() * size))
     red = 0.0 if m.fused or coll.kind == "broadcast" else 3 * 2 * size / m.mem_bw  # overlaps the next slice
     return float(path.max()) + max(t, red)
 

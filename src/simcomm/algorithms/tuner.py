@@ -1,13 +1,13 @@
 """Picks algorithm and protocol by predicted time, the way NCCL's tuner does (docs/model.md says what it follows).
 
 time = the algorithm's own prediction of its simulated plan (algorithms/<name>.py: the lockstep stages and latency
-chains of the ring, the double tree and the pipelined chains, NCCL's formula for NVLS, alpha-beta step models for
-the rest, all fed by the cluster's figures through cost.CostModel), plus the reductions a device cannot fuse into its
-transfers (gloo-style CPU ranks reduce after receiving: the busiest rank's reduced bytes, read twice and written
-once at memory speed; NCCL fuses them: nothing). Protocols are the simulation's own (protocols.py, with the
-cluster's tuning): LL moves half its wire bytes, LL128 0.92, Simple 1; NCCL's llMaxBw cap on LL is not applied,
-as the simulation does not apply it. So the tuner picks what simulates fastest (tests/test_calibration.py checks
-this with the fitted presets).
+chains of the ring, the double tree and the pipelined chains, NCCL's formula for NVLS, alpha-beta step
+models for the rest, all fed by the cluster's figures through cost.CostModel), plus the reductions a device cannot
+fuse into its transfers (gloo-style CPU ranks reduce after receiving: the busiest rank's reduced bytes, read twice
+and written once at memory speed; NCCL fuses them: nothing). Protocols are the simulation's own (protocols.py, with
+the cluster's tuning): LL moves half its wire bytes, LL128 0.92, Simple 1, and LL no faster than NCCL's llMaxBw
+per rank, as the executor holds it (CostModel.capped). So the tuner picks what simulates fastest
+(tests/test_calibration.py checks this with the fitted presets).
 
 choose() chooses like NCCL: among the algorithms NCCL's tuner weighs for the collective (gloo's ring for
 all_reduce on CPU ranks), minus those that cannot run the group here. Any algorithm can be forced by name
@@ -25,8 +25,7 @@ from .base import Algorithm
 from .catalog import ALGORITHMS, algorithm
 from .cost import CostModel
 from .plan import Collective
-from .protocols import PROTOCOLS
-from .protocols import protocol as make_protocol
+from .protocols import PROTOCOLS, protocol_for
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ def predict(cluster, coll: Collective, name: str, proto_name: str) -> float:
         return 0.0
     alg = algorithm(coll.kind, name)
     coll = _placed(cluster, coll)
-    proto = make_protocol(proto_name, alg.family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n)
+    proto = protocol_for(proto_name, alg.family, cluster, coll)
     m = CostModel(cluster, coll, proto)
     return alg.predict(m, coll) + _unfused_reduction(m, coll, alg)
 
