@@ -1,7 +1,8 @@
 """Numerical properties of every registered algorithm, group-level with numpy rows (hypothesis).
 
 World sizes 1..64 (biased small), every algorithm registered for the collective that can run the group (NVLS on
-one NVLS node, hierarchical on whole nodes), integer/float/bool dtypes and every reduction op that fits them.
+one NVLS node, NVLS-Tree on NVLS nodes holding as many of the group's ranks each, hierarchical on whole nodes),
+integer/float/bool dtypes and every reduction op that fits them.
 """
 from __future__ import annotations
 
@@ -257,6 +258,46 @@ def test_applicability_per_group():
     assert "hierarchical" in algorithms(gpu2, "all_reduce", 16)
     assert "hierarchical" not in algorithms(gpu2, "all_reduce", 12)
     assert "hierarchical" in algorithms(_cluster("cpu3", 4), "all_reduce", 12)
+    assert "nvls_tree" in algorithms(gpu2, "all_reduce", 16) and "nvls_tree" not in algorithms(gpu2, "all_reduce", 12)
+    assert "nvls_tree" not in algorithms(gpu1, "all_reduce", 8)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(nodes=st.integers(2, 5), per=st.integers(2, 8), dtype_op=dtype_ops, count=st.integers(1, 40),
+       seed=st.integers(0, 2**31), shuffle=st.booleans())
+def test_nvls_tree_on_any_equal_share_of_nodes(nodes, per, dtype_op, count, seed, shuffle):
+    """NVLS-Tree on `per` GPUs (any of them) of each of `nodes` nodes (any of them), group ranks in any order."""
+    dtype, op = dtype_op
+    c = _cluster("gpu", 6)
+    rng = np.random.default_rng(seed)
+    ranks = np.concatenate([8 * k + rng.permutation(8)[:per] for k in sorted(rng.permutation(6)[:nodes])])
+    if shuffle:
+        ranks = ranks[rng.permutation(len(ranks))]
+    n = len(ranks)
+    x = make_rows(rng, (n, count), dtype, op)
+    got = {}
+    for a in ("ring", "nvls_tree"):
+        sim = Simulation(c, "steps")
+        proc, buf, choice = run_collective(sim, Collective("all_reduce", ranks, count, np.dtype(dtype),
+                                                           getattr(ReduceOp, op)), x.copy(), a)
+        sim.env.run(proc)
+        assert choice.algorithm == a and (buf.rows == buf.rows[0]).all()
+        got[a] = buf.rows[0]
+    assert_close(got["nvls_tree"], reference(op, x), dtype, n, "nvls_tree vs numpy")
+    assert_close(got["nvls_tree"], got["ring"], dtype, n, "nvls_tree vs ring")
+
+
+@pytest.mark.parametrize("nodes, per, count", [(2, 2, 600_001), (3, 3, 300_007), (4, 8, 1_048_583)])
+def test_nvls_tree_pipelined_over_many_slices(nodes, per, count):
+    """Large enough for several slices (a steady state timed as one repeated step): exact int64 sums."""
+    c = _cluster("gpu", 4)
+    ranks = (8 * np.arange(nodes)[:, None] + np.arange(per)).reshape(-1)
+    x = np.random.default_rng(count).integers(-1000, 1000, size=(len(ranks), count))
+    sim = Simulation(c, "steps")
+    proc, buf, _ = run_collective(sim, Collective("all_reduce", ranks, count, np.dtype("int64")), x.copy(),
+                                  "nvls_tree")
+    sim.env.run(proc)
+    np.testing.assert_array_equal(buf.rows, np.broadcast_to(x.sum(axis=0), x.shape))
 
 
 @settings(max_examples=20, **SETTINGS)

@@ -34,8 +34,8 @@ class Algorithm:
 
     plans: collective kind -> plan (a generator of steps, see plan.py).
     predict(model, coll): predicted seconds of the transfers and their latencies as the simulation times the
-        plan (ring, tree, chains: lockstep stages and latency chains; NVLS: NCCL's formula; an alpha-beta step
-        model otherwise), without the protocol's base latency for step models.
+        plan (ring, tree, NVLS-Tree, chains: lockstep stages and latency chains; NVLS: NCCL's formula; an
+        alpha-beta step model otherwise), without the protocol's base latency for step models.
     reduced_bytes(model, coll): bytes the busiest rank reduces after receiving, for devices that cannot fuse the
         reduction into the transfer (gloo on CPUs); 0 where reductions are pipelined with the transfers.
     why_not(cluster, coll): why it cannot run this group here, or None.

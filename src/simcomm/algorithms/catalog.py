@@ -9,12 +9,13 @@ from .direct import BINOMIAL, DIRECT, DISSEMINATION
 from .doubling import HALVING_DOUBLING, RECURSIVE_DOUBLING
 from .hierarchical import HIERARCHICAL
 from .nvls import NVLS
+from .nvls_tree import NVLS_TREE
 from ..vocab import KINDS
 from .ring import RING
 from .tree import TREE
 
-EVERY: tuple[Algorithm, ...] = (RING, TREE, RECURSIVE_DOUBLING, HALVING_DOUBLING, HIERARCHICAL, NVLS, DIRECT,
-                                BRUCK, BINOMIAL, DISSEMINATION)
+EVERY: tuple[Algorithm, ...] = (RING, TREE, RECURSIVE_DOUBLING, HALVING_DOUBLING, HIERARCHICAL, NVLS, NVLS_TREE,
+                                DIRECT, BRUCK, BINOMIAL, DISSEMINATION)
 # kind -> name -> algorithm; every kind has at least one.
 ALGORITHMS: dict[str, dict[str, Algorithm]] = {
     kind: {a.name: a for a in EVERY if a.supports(kind)} for kind in KINDS}

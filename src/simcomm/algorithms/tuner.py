@@ -1,7 +1,7 @@
 """Picks algorithm and protocol by predicted time, the way NCCL's tuner does (docs/model.md says what it follows).
 
 time = the algorithm's own prediction of its simulated plan (algorithms/<name>.py: the lockstep stages and latency
-chains of the ring, the double tree and the pipelined chains, NCCL's formula for NVLS, alpha-beta step
+chains of the ring, the double tree, NVLS-Tree and the pipelined chains, NCCL's formula for NVLS, alpha-beta step
 models for the rest, all fed by the cluster's figures through cost.CostModel), plus the reductions a device cannot
 fuse into its transfers (gloo-style CPU ranks reduce after receiving: the busiest rank's reduced bytes, read twice
 and written once at memory speed; NCCL fuses them: nothing). Protocols are the simulation's own (protocols.py, with
@@ -99,5 +99,6 @@ def choose(cluster, coll: Collective, algorithm: str | None = None, protocol: st
                     best = Choice(a, p, t)
     if best is None:
         raise AlgorithmError(f"algorithm {algos[0]!r} does not support protocol {protos[0]!r}"
-                             + ("; nvls runs only with Simple" if algos == ["nvls"] else ""))
+                             + (f"; {algos[0]} runs only with Simple" if algorithm is not None and
+                                ALGORITHMS[coll.kind][algos[0]].family == "nvls" else ""))
     return Choice(best.algorithm, best.protocol, best.predicted, tuple(sorted(weighed, key=lambda w: w[2])))

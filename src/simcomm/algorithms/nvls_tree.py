@@ -1,0 +1,265 @@
+"""NVLS-Tree (NCCL_ALGO=NVLSTree): all_reduce across nodes with NVLink SHARP inside each node and NCCL's two
+complementary binary trees between the nodes.
+
+Data layout: the buffer is cut into `slices` slices; slice j into one shard per local GPU (ppn of them), each shard
+into two halves, one per tree. For every slice, in a pipeline:
+  A  in-node NVLS reduction (nvls.py): every GPU sends the slice up to the switch, which returns shard l of the
+     node's sum to local GPU l (slice up, slice / ppn down per GPU; nothing reduced in HBM);
+  T  across nodes, the GPUs of one local index l (one NIC rail) form NCCL's double binary tree over the nodes
+     (tree.py: dtree_parents), half a shard per tree: up, the parent reducing what it receives (in HBM), then down;
+  C  in-node NVLS multicast: GPU l sends its finished shard up once and the switch writes it into every GPU of
+     the node (slice / ppn up, slice down per GPU).
+Stage t runs A on slice t, the tree edges of a child at depth d on slice t - 1 - D + d going up and t - D - d going
+down (D: the deeper tree's depth), and C on slice t - 2D - 1, all at once as lockstep steps: in steady state the
+NVLink ports carry A and C in both directions while the NICs carry the trees, as NCCL overlaps them. The
+collective takes slices + 2D + 1 stages; the steady state's identical stages are one step repeated.
+
+Latency: each rank keeps a clock per role (the executor's chains): A's result, each tree's up and down arrivals
+and each tree's final multicast, so a slice's latency adds up along its path, NVLS hop, 2D network hops, NVLS hop,
+as NCCL's pipeline has it, not once per stage. Flows inside the node pay NVLS's hop latency (25 us, as nvls.py),
+those between nodes NVLS's network figure (18 us): the protocol of the "nvls" family, Simple only. The cluster's
+tuning scales the whole collective by its NVLS efficiency, the tree's network flows included.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import AlgorithmError
+from .base import Algorithm
+from .cost import CostModel, pipelined_end
+from .nvls import _reduce_rows
+from .plan import Buffers, Collective, Step
+from .reduce_ops import combine
+from .tree import _node_shapes, dtree_parents, node_members
+from .tree_schedule import choose_slices, depths
+
+# Clock rows (chains): 0 the collective's start (never written), 1 A's result, then per tree i: its up arrivals,
+# its down arrivals (a root's children write its down clock), and its final multicast.
+_START, _REDUCED, _UP, _DOWN, _FINAL = 0, 1, 2, 4, 6
+
+
+def _grid(cluster, coll: Collective) -> np.ndarray | None:
+    """(nodes, ranks per node) group ranks, local order by global rank; None unless every node has as many."""
+    members = node_members(coll)
+    if len({len(m) for m in members}) != 1:
+        return None
+    return np.stack(members)
+
+
+def why_not(cluster, coll: Collective) -> str | None:
+    """Why NVLS-Tree cannot run this group on this cluster (None when it can)."""
+    if cluster is None:
+        return "nvls_tree needs the cluster (place the collective on a cluster)"
+    if cluster.device.kind != "gpu":
+        return f"nvls_tree needs GPUs on NVSwitch; {cluster.name} has {cluster.device.kind} ranks"
+    if not cluster.template.nvls:
+        return f"nvls_tree needs NVSwitches with NVLink SHARP; {cluster.name} has none"
+    nodes, counts = np.unique(np.asarray(coll.ranks) // cluster.ranks_per_node, return_counts=True)
+    if len(nodes) < 2:
+        return "nvls_tree runs across nodes; this group is inside one node (nvls runs there)"
+    if len(set(counts.tolist())) != 1 or counts[0] < 2:
+        detail = ", ".join(f"node {a}: {b}" for a, b in list(zip(nodes.tolist(), counts.tolist()))[:6])
+        return (f"nvls_tree needs the same number (2 or more) of the group's ranks on every node it touches; this "
+                f"group has {detail}{', ...' if len(nodes) > 6 else ''}")
+    return None
+
+
+class _Layout:
+    """Elements (slice j, shard l, half i, e) of the padded buffer, slice-major so that padding falls in the last
+    slices; `true[j, l, i]` is how many of each part's `per` elements are real."""
+
+    def __init__(self, count: int, ppn: int, itemsize: int):
+        self.slices = choose_slices(count * itemsize / (2 * ppn))
+        self.per = max(1, -(-count // (self.slices * ppn * 2)))
+        base = np.arange(self.slices * ppn * 2).reshape(self.slices, ppn, 2) * self.per
+        self.true = np.clip(count - base, 0, self.per)
+        self.bytes = self.true * itemsize  # (slices, ppn, 2)
+
+
+class _Shape:
+    """The node trees: per tree, each node's parent, depth and whether it has children; D the deeper depth."""
+
+    def __init__(self, nodes: int):
+        self.parents = dtree_parents(nodes)
+        self.depths = [depths(p) for p in self.parents]
+        self.has_kids = [np.bincount(p[p >= 0], minlength=nodes) > 0 for p in self.parents]
+        self.depth = int(max(d.max() for d in self.depths))
+
+
+def _switch_routes(cluster, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    up, down = zip(*(cluster.switch_links(int(g)) for g in ranks))
+    return (np.array([cluster.path_route((u,)) for u in up], dtype=np.int64),
+            np.array([cluster.path_route((d,)) for d in down], dtype=np.int64))
+
+
+def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
+    cluster = coll.placement.cluster
+    reason = why_not(cluster, coll)
+    if reason:
+        raise AlgorithmError(reason)
+    grid = _grid(cluster, coll)  # grid[k, l]: group rank of local GPU l on node k
+    nn, ppn = grid.shape
+    lay = _Layout(coll.count, ppn, coll.itemsize)
+    shape = _Shape(nn)
+    d_max, slices = shape.depth, lay.slices
+    up_route, down_route = _switch_routes(cluster, coll.ranks)
+    local = np.empty(coll.n, dtype=np.int64)
+    local[grid] = np.arange(ppn)[None, :]
+    slice_bytes = lay.bytes.sum(axis=(1, 2))  # per slice
+    shard_bytes = lay.bytes.sum(axis=2)  # (slice, shard)
+    ranks = np.arange(coll.n)
+    # tree edges (tree i, child node c, parent node p) for every local index at once
+    edges = [(i, c, int(p[c]), int(shape.depths[i][c])) for i, p in enumerate(shape.parents)
+             for c in np.flatnonzero(p >= 0)]
+
+    work = None
+    if buf.live:
+        padded = np.zeros((coll.n, slices * ppn * 2 * lay.per), dtype=buf.rows.dtype)
+        padded[:, :coll.count] = buf.rows
+        work = padded.reshape(coll.n, slices, ppn, 2, lay.per)
+        part = np.empty((nn, slices, ppn, 2, lay.per), dtype=buf.rows.dtype)
+
+    def flows(t: int):
+        """Stage t's flow sets: (src, dst, bytes, routes or None for rank-to-rank, the clock row written (-1: none)
+        and the one read, whether the receiver reduces what it gets)."""
+        out = []
+        if t < slices:  # A on slice t: up from every GPU, its shard of the node's sum down
+            out.append((ranks, ranks, np.full(coll.n, slice_bytes[t]), up_route, -1, -1, False))
+            out.append((ranks, ranks, shard_bytes[t, local], down_route, _REDUCED, _START, False))
+        for i, c, p, d in edges:
+            j = t - 1 - d_max + d  # going up
+            if 0 <= j < slices:
+                write = _DOWN + i if shape.parents[i][p] < 0 else _UP + i
+                read = _UP + i if shape.has_kids[i][c] else _REDUCED
+                out.append((grid[c], grid[p], lay.bytes[j, :, i], None, write, read, True))
+            j = t - d_max - d  # going down
+            if 0 <= j < slices:
+                out.append((grid[p], grid[c], lay.bytes[j, :, i], None, _DOWN + i, _DOWN + i, False))
+        j = t - 2 * d_max - 1
+        if 0 <= j < slices:  # C on slice j: each GPU's shard up once, the whole slice down to every GPU
+            out.append((ranks, ranks, shard_bytes[j, local], up_route, -1, -1, False))
+            out.append((ranks, ranks, np.full(coll.n, slice_bytes[j]), down_route, _FINAL, _DOWN, False))
+        return out
+
+    def build(t: int) -> Step | None:
+        parts = [f for f in flows(t) if (f[2] > 0).any()]
+        if not parts:
+            return None
+        src, dst, nb, routes, red_who, red_bytes = [], [], [], [], [], []
+        ch, fsrc, fdst, fidx, read = [], [], [], [], []
+        at = 0
+        for s, d, b, route, write, rd, reduces in parts:
+            keep = b > 0
+            s, d, b = s[keep], d[keep], b[keep]
+            k = len(s)
+            src.append(s)
+            dst.append(d)
+            nb.append(b.astype(np.float64))
+            routes.append(route[keep] if route is not None else cluster.route_ids(coll.ranks[s], coll.ranks[d]))
+            idx = np.arange(at, at + k)
+            # the final multicast feeds one clock per tree (each reads its tree's down arrivals)
+            for w, r in (((_FINAL, _DOWN), (_FINAL + 1, _DOWN + 1)) if write == _FINAL else ((write, rd),)):
+                if w < 0:
+                    continue
+                ch.append(np.full(k, w))
+                fsrc.append(s)
+                fdst.append(d)
+                fidx.append(idx)
+                read.append(np.full(k, r))
+            if reduces:
+                red_who.append(d)
+                red_bytes.append(b.astype(np.float64))
+            at += k
+        cat = np.concatenate
+        st = Step(cat(src), cat(dst), cat(nb), label="nvls-tree", routes=cat(routes),
+                  chains=(cat(ch), cat(fsrc), cat(fdst), cat(fidx), cat(read)))
+        if red_who:
+            st.local_reduce = (cat(red_who), cat(red_bytes))
+        return st
+
+    def same(a: Step, b: Step) -> bool:
+        return all(np.array_equal(x, y) for x, y in ((a.src, b.src), (a.dst, b.dst), (a.nbytes, b.nbytes),
+                                                     (a.routes, b.routes), *zip(a.chains, b.chains))) and \
+            (a.local_reduce is None) == (b.local_reduce is None)
+
+    def compute(t: int) -> None:
+        """Stage t's data movement (after its step is timed)."""
+        if t < slices:
+            for k in range(nn):
+                part[k, t] = _reduce_rows(buf, work[grid[k], t])
+        for i, c, p, d in sorted(edges, key=lambda e: (e[2], e[1])):
+            j = t - 1 - d_max + d
+            if 0 <= j < slices:
+                combine(buf.op, part[p, j, :, i], part[c, j, :, i], out=part[p, j, :, i])
+            j = t - d_max - d
+            if 0 <= j < slices:
+                part[c, j, :, i] = part[p, j, :, i]
+
+    def flush(st: Step | None, run: list[int]):
+        """Time the run of identical stages `run` as one step repeated (none where only padding moves), then move
+        their data."""
+        if st is not None:
+            st.repeat = len(run)
+            st.label = f"nvls-tree stage {run[0] + 1}" + (f"-{run[-1] + 1}" if len(run) > 1 else "")
+            yield st
+        if work is not None:
+            for t in run:
+                compute(t)
+
+    pending, run = None, []
+    for t in range(slices + 2 * d_max + 1):
+        st = build(t)
+        if st is not None and pending is not None and same(st, pending):
+            run.append(t)
+            continue
+        yield from flush(pending, run)
+        pending, run = st, [t]
+    yield from flush(pending, run)
+    if work is not None:
+        buf.rows = np.broadcast_to(part[0].reshape(-1)[:coll.count], (coll.n, coll.count))
+
+
+def _predict(m: CostModel, coll: Collective) -> float:
+    """The simulated pipeline: slices + 2D + 1 lockstep stages, each as long as its busiest link (a GPU's switch
+    link carrying A's slice and C's shard, or its NIC carrying the trees' half shards), and the last slice's
+    latency chain (cost.pipelined_end): an NVLS hop, 2D network hops, an NVLS hop."""
+    if m.proto.name != "Simple":
+        return math.inf  # NCCL has no LL/LL128 NVLS-Tree
+    cluster, ppn, nodes = m.cluster, m.ppn, m.nodes
+    lay = _Layout(coll.count, ppn, coll.itemsize)
+    slices, half = lay.slices, float(lay.per * coll.itemsize)
+    sl = 2 * ppn * half
+    up, down = cluster.switch_links(int(coll.ranks[0]))
+    switch_bw = float(min(cluster.link_capacity[up], cluster.link_capacity[down])) * m.proto.efficiency
+    tree_depths, kinds = _node_shapes(nodes)
+    d_max = max(tree_depths)
+    stages = np.arange(slices + 2 * d_max + 1)
+
+    def active(offset):
+        return ((stages - offset >= 0) & (stages - offset < slices)).astype(float)
+    a, c = active(0), active(2 * d_max + 1)
+    t_nvlink = sl * np.maximum(a + c / ppn, a / ppn + c) / switch_bw
+    sends = np.zeros((len(kinds), len(stages)))
+    for row, kind in enumerate(kinds):
+        for d, kids in kind:
+            if d >= 1:
+                sends[row] += active(1 + d_max - d)
+            if kids:
+                sends[row] += kids * active(d_max + d + 1)
+    t_nic = sends.max(axis=0) * half / m.proto_bw(m.rank_net)
+    times = np.maximum(t_nvlink, t_nic)
+    # The last slice's hops, each its own flow's time in its stage: A's shard shares its down link with C's slice
+    # (max-min: both at half rate until the shard is done), the trees' half shards share the NIC, and C's slice
+    # comes down alone (A has finished).
+    last = slices - 1
+    nvls_lat = m.proto.hop(m.intra_kind) + float(cluster.link_latency[down])
+    costs = np.concatenate([[(1 + c[last]) * sl / ppn / switch_bw + nvls_lat],
+                            t_nic[last + 1:last + 1 + 2 * d_max] + m.inter_lat,
+                            [sl / switch_bw + nvls_lat]])
+    return m.proto.base_latency + pipelined_end(times, costs, slices)
+
+
+NVLS_TREE = Algorithm("nvls_tree", {"all_reduce": nvls_tree_all_reduce}, _predict, lambda m, coll: 0.0, why_not,
+                      family="nvls", nccl_kinds=("all_reduce",))
