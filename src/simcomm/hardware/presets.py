@@ -53,9 +53,9 @@ _NCCL = "NCCL src/graph/tuning.cc: NVLink 20.0 (SM80) / 20.6 (SM90) GB/s per lin
 # See docs/validation.md.
 _FITTED_BY = "calibration/fit_presets.py (public nccl-tests tables, calibration/systems.yaml)"
 FITTED_TUNING = {
-    "dgx-a100": Tuning(1.9579e-05, 1.2e-09, (("LL", 0.3521), ("LL128", 0.9625), ("ring", 0.9579), ("tree", 0.7278),), (_FITTED_BY,)),
-    "hgx-h100": Tuning(1.3323e-05, 3.996e-07, (("LL", 1.1382), ("LL128", 1.0785), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 0.309),), (_FITTED_BY,)),
-    "hgx-h200": Tuning(5.633e-06, 1.2e-09, (("LL", 1.1382), ("LL128", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 1.0),), (_FITTED_BY,)),
+    "dgx-a100": Tuning(1.9579e-05, 1.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("ring", 0.9579), ("tree", 0.7278),), (_FITTED_BY,)),
+    "hgx-h100": Tuning(1.3323e-05, 1.2e-09, (("LL", 0.7037), ("LL128", 1.0768), ("nvls", 0.7595), ("ring", 0.9579), ("tree", 0.309),), (_FITTED_BY,)),
+    "hgx-h200": Tuning(5.633e-06, 1.2e-09, (("LL", 1.0), ("LL128", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 1.0),), (_FITTED_BY,)),
 }
 
 
