@@ -110,9 +110,22 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
     slice_bytes = lay.bytes.sum(axis=(1, 2))  # per slice
     shard_bytes = lay.bytes.sum(axis=2)  # (slice, shard)
     ranks = np.arange(coll.n)
-    # tree edges (tree i, child node c, parent node p) for every local index at once
-    edges = [(i, c, int(p[c]), int(shape.depths[i][c])) for i, p in enumerate(shape.parents)
-             for c in np.flatnonzero(p >= 0)]
+    # tree edges (tree i, child node c, parent node p, the child's depth), for every local index at once
+    e_inst, e_child = (np.concatenate(x) for x in zip(*[(np.full(int((p >= 0).sum()), i), np.flatnonzero(p >= 0))
+                                                          for i, p in enumerate(shape.parents)]))
+    e_par = np.array([shape.parents[i][c] for i, c in zip(e_inst, e_child)], dtype=np.int64)
+    e_depth = np.array([shape.depths[i][c] for i, c in zip(e_inst, e_child)], dtype=np.int64)
+    edges = list(zip(e_inst.tolist(), e_child.tolist(), e_par.tolist(), e_depth.tolist()))
+    # per edge, going up then going down: sender, receiver, clock rows written and read, whether the receiver reduces
+    roots = np.array([shape.parents[i][p] < 0 for i, p in zip(e_inst, e_par)])
+    kids = np.array([shape.has_kids[i][c] for i, c in zip(e_inst, e_child)])
+    t_src = np.stack([grid[e_child], grid[e_par]], axis=1)  # (edge, direction, local index)
+    t_dst = np.stack([grid[e_par], grid[e_child]], axis=1)
+    t_write = np.broadcast_to(np.stack([np.where(roots, _DOWN, _UP) + e_inst, _DOWN + e_inst], axis=1)[:, :, None],
+                              t_src.shape)
+    t_read = np.broadcast_to(np.stack([np.where(kids, _UP + e_inst, _REDUCED), _DOWN + e_inst], axis=1)[:, :, None],
+                             t_src.shape)
+    t_reduce = np.broadcast_to(np.array([True, False])[None, :, None], t_src.shape)
 
     work = None
     if buf.live:
@@ -123,20 +136,17 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
 
     def flows(t: int):
         """Stage t's flow sets: (src, dst, bytes, routes or None for rank-to-rank, the clock row written (-1: none)
-        and the one read, whether the receiver reduces what it gets)."""
+        and the one read, whether the receiver reduces what it gets; the last three per flow or for the set)."""
         out = []
         if t < slices:  # A on slice t: up from every GPU, its shard of the node's sum down
             out.append((ranks, ranks, np.full(coll.n, slice_bytes[t]), up_route, -1, -1, False))
             out.append((ranks, ranks, shard_bytes[t, local], down_route, _REDUCED, _START, False))
-        for i, c, p, d in edges:
-            j = t - 1 - d_max + d  # going up
-            if 0 <= j < slices:
-                write = _DOWN + i if shape.parents[i][p] < 0 else _UP + i
-                read = _UP + i if shape.has_kids[i][c] else _REDUCED
-                out.append((grid[c], grid[p], lay.bytes[j, :, i], None, write, read, True))
-            j = t - d_max - d  # going down
-            if 0 <= j < slices:
-                out.append((grid[p], grid[c], lay.bytes[j, :, i], None, _DOWN + i, _DOWN + i, False))
+        j = np.stack([t - 1 - d_max + e_depth, t - d_max - e_depth], axis=1)  # slice going up, going down
+        on = (j >= 0) & (j < slices)
+        if on.any():  # the tree edges in order, each going up then down, zero bytes where idle
+            nb = np.where(on[:, :, None], lay.bytes[np.clip(j, 0, slices - 1), :, e_inst[:, None]], 0)
+            out.append((t_src.reshape(-1), t_dst.reshape(-1), nb.reshape(-1), None, t_write.reshape(-1),
+                        t_read.reshape(-1), t_reduce.reshape(-1)))
         j = t - 2 * d_max - 1
         if 0 <= j < slices:  # C on slice j: each GPU's shard up once, the whole slice down to every GPU
             out.append((ranks, ranks, shard_bytes[j, local], up_route, -1, -1, False))
@@ -157,22 +167,32 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
             src.append(s)
             dst.append(d)
             nb.append(b.astype(np.float64))
-            routes.append(route[keep] if route is not None else cluster.route_ids(coll.ranks[s], coll.ranks[d]))
+            routes.append(route[keep] if route is not None else None)  # rank to rank: looked up at once below
             idx = np.arange(at, at + k)
-            # the final multicast feeds one clock per tree (each reads its tree's down arrivals)
-            for w, r in (((_FINAL, _DOWN), (_FINAL + 1, _DOWN + 1)) if write == _FINAL else ((write, rd),)):
-                if w < 0:
+            if np.ndim(write):
+                write, rd, reduces = write[keep], rd[keep], reduces[keep]
+                sets = ((write, rd),)
+            else:  # the final multicast feeds one clock per tree (each reads its tree's down arrivals)
+                sets = ((_FINAL, _DOWN), (_FINAL + 1, _DOWN + 1)) if write == _FINAL else ((write, rd),)
+            for w, r in sets:
+                if np.ndim(w) == 0 and w < 0:
                     continue
-                ch.append(np.full(k, w))
+                ch.append(np.broadcast_to(w, k))
                 fsrc.append(s)
                 fdst.append(d)
                 fidx.append(idx)
-                read.append(np.full(k, r))
-            if reduces:
-                red_who.append(d)
-                red_bytes.append(b.astype(np.float64))
+                read.append(np.broadcast_to(r, k))
+            if np.any(reduces):
+                red_who.append(d[reduces] if np.ndim(reduces) else d)
+                red_bytes.append((b[reduces] if np.ndim(reduces) else b).astype(np.float64))
             at += k
         cat = np.concatenate
+        pending = [i for i, r in enumerate(routes) if r is None]
+        if pending:
+            found = cluster.route_ids(coll.ranks[cat([src[i] for i in pending])],
+                                      coll.ranks[cat([dst[i] for i in pending])])
+            for i, r in zip(pending, np.split(found, np.cumsum([len(src[i]) for i in pending])[:-1])):
+                routes[i] = r
         st = Step(cat(src), cat(dst), cat(nb), label="nvls-tree", routes=cat(routes),
                   chains=(cat(ch), cat(fsrc), cat(fdst), cat(fidx), cat(read)))
         if red_who:
