@@ -40,14 +40,6 @@ from .tree_schedule import choose_slices, depths
 _START, _REDUCED, _UP, _DOWN, _FINAL = 0, 1, 2, 4, 6
 
 
-def _grid(cluster, coll: Collective) -> np.ndarray | None:
-    """(nodes, ranks per node) group ranks, local order by global rank; None unless every node has as many."""
-    members = node_members(coll)
-    if len({len(m) for m in members}) != 1:
-        return None
-    return np.stack(members)
-
-
 def why_not(cluster, coll: Collective) -> str | None:
     """Why NVLS-Tree cannot run this group on this cluster (None when it can)."""
     if cluster is None:
@@ -99,7 +91,7 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
     reason = why_not(cluster, coll)
     if reason:
         raise AlgorithmError(reason)
-    grid = _grid(cluster, coll)  # grid[k, l]: group rank of local GPU l on node k
+    grid = np.stack(node_members(coll))  # grid[k, l]: group rank of local GPU l on node k (as many on each)
     nn, ppn = grid.shape
     lay = _Layout(coll.count, ppn, coll.itemsize)
     shape = _Shape(nn)
