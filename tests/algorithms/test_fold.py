@@ -62,3 +62,26 @@ def test_folding_the_ranks_arrays_equals_the_step_by_step_numerics(n, count, dty
     folded = _run(fn, coll, Buffers(None, coll.op, sources=sources))
     assert _bits(folded) == _bits(stacked)
     assert all(_bits(s) == _bits(r) for s, r in zip(sources, rows))  # the ranks' arrays are only read
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes=st.sampled_from([1, 2, 3, 5]), per_node=st.sampled_from([2, 4, 8]), count=st.integers(0, 5000),
+       dtype=st.sampled_from([d for d in DTYPES if d != "complex64"]), op=st.sampled_from(sorted(OPS)),
+       seed=st.integers(0, 2**31))
+def test_nvls_and_nvls_tree_from_the_ranks_arrays(nodes, per_node, count, dtype, op, seed):
+    """NVLink SHARP on one node, NVLS-Tree across nodes: the switch's rank-order sum and the node trees."""
+    from simcomm.algorithms.nvls import nvls_all_reduce
+    from simcomm.algorithms.nvls_tree import nvls_tree_all_reduce
+    from simcomm.hardware import build_cluster
+    dtype = np.dtype(dtype)
+    if not _allowed(op, dtype):
+        return
+    cluster = build_cluster("hgx-h100", nodes=nodes)
+    ranks = np.array([k * 8 + local for k in range(nodes) for local in range(per_node)])
+    coll = Collective("all_reduce", ranks, count, dtype, getattr(ReduceOp, op)).placed(cluster)
+    rows = _data(np.random.default_rng(seed), len(ranks), count, dtype)
+    fn = nvls_all_reduce if nodes == 1 else nvls_tree_all_reduce
+    stacked = _run(fn, coll, Buffers(rows.copy(), coll.op))
+    sources = [row.copy() for row in rows]
+    assert _bits(_run(fn, coll, Buffers(None, coll.op, sources=sources))) == _bits(stacked)
+    assert all(_bits(s) == _bits(r) for s, r in zip(sources, rows))

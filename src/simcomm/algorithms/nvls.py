@@ -65,11 +65,11 @@ def _step(parts, label: str) -> Step:
     return Step(src, dst, nb, label=label, routes=routes)
 
 
-def _reduce_rows(buf: Buffers, x: np.ndarray) -> np.ndarray:
-    """The switch's reduction over the group (axis 0), in rank order."""
+def _reduce_rows(buf: Buffers, x) -> np.ndarray:
+    """The switch's reduction over the group (axis 0, or a list of the ranks' own arrays), in rank order."""
     acc = x[0].copy()
     for i in range(1, len(x)):
-        acc = combine(buf.op, acc, x[i])
+        combine(buf.op, acc, x[i], out=acc)
     return acc
 
 
@@ -87,7 +87,9 @@ def nvls_all_reduce(coll: Collective, buf: Buffers):
                  (r, r, chunk, up),  # multicast-up: GPU j's reduced chunk, once
                  (r, r, np.full(n, total), down)],  # multicast-down: all n reduced chunks to every GPU
                 "nvls reduce+multicast")
-    if buf.live:
+    if buf.unstacked:  # straight from the ranks' own arrays
+        buf.rows = np.broadcast_to(_reduce_rows(buf, buf.sources), (n, coll.count))
+    elif buf.live:
         buf.rows[:] = _reduce_rows(buf, buf.rows)
 
 

@@ -120,7 +120,7 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
     t_reduce = np.broadcast_to(np.array([True, False])[None, :, None], t_src.shape)
 
     work = None
-    if buf.live:
+    if buf.live and not buf.unstacked:
         padded = np.zeros((coll.n, slices * ppn * 2 * lay.per), dtype=buf.rows.dtype)
         padded[:, :coll.count] = buf.rows
         work = padded.reshape(coll.n, slices, ppn, 2, lay.per)
@@ -231,6 +231,25 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
     yield from flush(pending, run)
     if work is not None:
         buf.rows = np.broadcast_to(part[0].reshape(-1)[:coll.count], (coll.n, coll.count))
+    elif buf.unstacked:
+        buf.rows = np.broadcast_to(_fold(buf, grid, shape, lay, coll.count), (coll.n, coll.count))
+
+
+def _fold(buf: Buffers, grid: np.ndarray, shape: _Shape, lay: _Layout, count: int) -> np.ndarray:
+    """The plan's result straight from the ranks' own arrays, with its bits: each node's switch sum in rank
+    order, then up each node tree, a parent combining its children in index order, deepest first."""
+    nn, ppn = grid.shape
+    parts = np.zeros((nn, lay.slices * ppn * 2 * lay.per), dtype=buf.sources[0].dtype)
+    for k in range(nn):
+        parts[k, :count] = _reduce_rows(buf, [buf.sources[g] for g in grid[k]])
+    view = parts.reshape(nn, lay.slices, ppn, 2, lay.per)
+    out = np.empty_like(view[0])
+    for i, parent in enumerate(shape.parents):
+        for c in sorted(np.flatnonzero(parent >= 0).tolist(), key=lambda v: (-shape.depths[i][v], parent[v], v)):
+            p = int(parent[c])
+            combine(buf.op, view[p, :, :, i], view[c, :, :, i], out=view[p, :, :, i])
+        out[:, :, i] = view[int(np.flatnonzero(parent < 0)[0]), :, :, i]
+    return out.reshape(-1)[:count]
 
 
 def _predict(m: CostModel, coll: Collective) -> float:
