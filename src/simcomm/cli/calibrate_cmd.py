@@ -18,15 +18,31 @@ def _sizes(text: str | None) -> list[int]:
     return [parse_size(s.strip(), "--sizes") for s in text.split(",")]
 
 
+def _saved_passes(path: str, measurement) -> list[list]:
+    """The passes of a file written by --save-measurements, each a list of Measurements."""
+    try:
+        doc = json.loads(open(path).read())
+    except (OSError, ValueError) as exc:
+        raise SimcommError(f"cannot read measurements {path}: {exc}") from None
+    passes = doc.get("passes") if isinstance(doc, dict) else None
+    if not isinstance(passes, list) or not passes:
+        raise SimcommError(f"{path}: expected a JSON object with a non-empty list 'passes', as --save-measurements "
+                           f"writes")
+    out = []
+    for i, p in enumerate(passes):
+        try:
+            out.append([measurement(**m) for m in p["points"]])
+        except (TypeError, KeyError) as exc:
+            raise SimcommError(f"{path}: passes[{i}]: expected 'points', each with collective, ranks, size, time "
+                               f"and rounds ({exc})") from None
+    return out
+
+
 def _measure(args) -> list[list]:
     from ..backends import require_torch
     from ..backends.calibrate.measure import Measurement, measure_gloo
     if args.measurements:
-        try:
-            doc = json.loads(open(args.measurements).read())
-        except (OSError, ValueError) as exc:
-            raise SimcommError(f"cannot read measurements {args.measurements}: {exc}") from None
-        return [[Measurement(**m) for m in p["points"]] for p in doc["passes"]]
+        return [ms for path in args.measurements for ms in _saved_passes(path, Measurement)]
     require_torch()
     ranks = [int(r) for r in (args.ranks or "2,3,4").split(",")]
     passes, record = [], []
@@ -51,6 +67,12 @@ def _report_gloo(cal, passes) -> str:
              f"{cal.median_abs(False) * 100:.1f}%",
              f"median |error|  held back: before {cal.median_abs(True, False) * 100:.1f}%  after "
              f"{cal.median_abs(True) * 100:.1f}%"]
+    by_kind: dict[str, list[str]] = {}
+    for (kind, ranks), err in cal.held_back_by_group().items():
+        by_kind.setdefault(kind, []).append(f"{err * 100:.1f}% ({ranks})")
+    if by_kind:
+        lines.append("held back by collective (ranks): " + "; ".join(f"{k} {', '.join(v)}"
+                                                                  for k, v in by_kind.items()))
     if noise["median_round_spread"] is not None:
         lines.append(f"noise: a round is a median {noise['median_round_spread'] * 100:.0f}% slower than the point's "
                      f"fastest (max {noise['max_round_spread'] * 100:.0f}%)"
@@ -135,7 +157,8 @@ def add_parser(sub) -> None:
     c.add_argument("--rounds", type=int, default=7, help="rounds per point and pass (default 7)")
     c.add_argument("--repeat", type=int, default=2, help="measurement passes, to report the noise (default 2)")
     c.add_argument("--save-measurements", help="also write the raw measurements (JSON)")
-    c.add_argument("--measurements", help="fit these saved measurements instead of measuring")
+    c.add_argument("--measurements", nargs="+", metavar="FILE",
+                   help="fit these saved measurements instead of measuring (several files pool their passes)")
     c.add_argument("--from-log", nargs="+", metavar="LOG", help="nccl-tests logs to fit instead of measuring")
     c.add_argument("--cluster", help="with --from-log: the preset the logs were measured on")
     c.add_argument("--nodes", type=int, help="with --from-log: nodes of the measured run")

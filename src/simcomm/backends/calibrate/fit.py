@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, replace
 
 from ...collective import simulate_collective
 from ...hardware import Tuning, build_cluster
+from ...session import Session
 
+PINGPONG = "pingpong"  # an Observation of half a 2-rank ping-pong: one send, not nccl-tests' sendrecv
 
 @dataclass(frozen=True)
 class Observation:
-    collective: str
+    collective: str  # a collective kind, or PINGPONG
     ranks: int
     size: int
     seconds: float
@@ -99,10 +101,20 @@ def predict(space: Space, obs: list[Observation], cache: dict | None = None) -> 
         key = (o.ranks, o.nodes)
         if key not in clusters:
             clusters[key] = space.cluster(o.ranks, o.nodes)
+        if o.collective == PINGPONG:
+            out.append(_one_way(clusters[key], o.size))
+            continue
         r = simulate_collective(o.collective, o.size, cluster=clusters[key], ranks=o.ranks, dtype=o.dtype,
                                 algorithm=o.algorithm)
         out.append(r.time)
     return out
+
+
+def _one_way(cluster, nbytes: int) -> float:
+    """Rank 0 sends nbytes to rank 1 on an idle cluster: what a rank program's send costs."""
+    session = Session(cluster)
+    session.run(session.send(0, 1, nbytes))
+    return session.now
 
 
 def log_errors(pred: list[float], obs: list[Observation]) -> list[float]:

@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ...hardware import Tuning, write_profile
-from .fit import Free, Observation, Space, fit, predict
+from .fit import PINGPONG, Free, Observation, Space, fit, predict
 from .measure import Measurement
 
 TRAIN_RANKS = (2, 4)
@@ -45,7 +45,10 @@ def split(measurements: list[Measurement]) -> tuple[list[Measurement], list[Meas
 
 
 def observations(ms: list[Measurement]) -> list[Observation]:
-    return [Observation(m.collective, m.ranks, m.size, m.time) for m in ms]
+    # the measured "sendrecv" is half a ping-pong (one message in flight), not nccl-tests' sendrecv (every rank
+    # sending at once, which on one host shares its copy bandwidth between both directions)
+    return [Observation(PINGPONG if m.collective == "sendrecv" else m.collective, m.ranks, m.size, m.time)
+            for m in ms]
 
 
 @dataclass
@@ -79,6 +82,14 @@ class GlooCalibration:
         errs = [abs((p.after if after else p.before) / p.measured - 1) for p in self.points
                 if p.held_back == held_back]
         return statistics.median(errs) if errs else float("nan")
+
+    def held_back_by_group(self) -> dict:
+        """Median |error| after the fit of the held-back points, per (collective, ranks)."""
+        groups: dict[tuple, list[float]] = {}
+        for p in self.points:
+            if p.held_back:
+                groups.setdefault((p.collective, p.ranks), []).append(abs(p.error_after))
+        return {k: statistics.median(v) for k, v in sorted(groups.items())}
 
     def noise(self) -> dict:
         """How noisy the host was: rounds against the fastest round, and passes against each other."""

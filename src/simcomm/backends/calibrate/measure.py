@@ -35,7 +35,8 @@ def _op(dist, rank, n, kind, size):
     numel = max(1, size // 4)
     if kind == "all_gather":
         inp, outp = torch.ones(max(1, size // 4 // n)), torch.empty(max(1, size // 4 // n) * n)  # S: gathered
-        return lambda: dist.all_gather_into_tensor(outp, inp)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch 2.13 renamed it
+        return lambda: gather(outp, inp)
     t = torch.ones(numel)
     if kind == "all_reduce":
         return lambda: dist.all_reduce(t)
