@@ -59,7 +59,7 @@ def test_premul_sum_scales_each_rank_by_its_own_factor():
     """NCCL premultiplies each rank's input by that rank's factor: 1*1 + 1*2 + 1*3 + 1*4 = 10 on every rank."""
     def fn(rank):
         t = np.ones(1, np.float32)
-        dist.all_reduce(t, op=dist._make_nccl_premul_sum(rank + 1))
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(rank + 1.0))
         r = np.full(2, 2.0)
         dist.reduce_scatter_tensor(r[:1], np.full(4, 1.0), op=dist._make_nccl_premul_sum(0.5 * rank))
         return t[0], r[0]

@@ -38,12 +38,21 @@ for _name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PRE
 
 
 def make_premul_sum(factor) -> ReduceOp:
-    """PREMUL_SUM with a scalar factor (torch's dist._make_nccl_premul_sum)."""
-    try:
-        value = float(factor)
-    except (TypeError, ValueError):
-        raise AlgorithmError(f"PREMUL_SUM needs a real scalar factor, got {factor!r}") from None
-    return ReduceOp("PREMUL_SUM", value)
+    """PREMUL_SUM with a scalar factor (torch's dist._make_nccl_premul_sum): a Python float or a one-element
+    tensor (numpy array or torch tensor). Like torch 2.13, an int, a bool or a numpy scalar other than float64 is
+    refused: torch's binding takes `float` or `Tensor` only."""
+    if isinstance(factor, float):
+        return ReduceOp("PREMUL_SUM", float(factor))
+    is_tensor = isinstance(factor, np.ndarray) or type(factor).__module__.split(".")[0] == "torch"
+    if is_tensor and getattr(factor, "ndim", None) is not None:
+        if int(np.prod(factor.shape)) != 1:
+            raise AlgorithmError(f"PREMUL_SUM's factor tensor must hold one element, got shape "
+                                 f"{tuple(factor.shape)}")
+        return ReduceOp("PREMUL_SUM", float(factor.reshape(-1)[0]))
+    raise AlgorithmError(f"_make_nccl_premul_sum(factor): factor must be a float or a one-element tensor, as "
+                         f"torch's binding requires; got {type(factor).__name__} {factor!r}"
+                         + (f" (write {float(factor)!r})" if isinstance(factor, (int, np.number))
+                            and not isinstance(factor, bool) else ""))
 
 
 def premultiply(ops: list[ReduceOp], rows: np.ndarray) -> tuple[ReduceOp, np.ndarray]:
