@@ -2,12 +2,15 @@
 import json
 import re
 
+import numpy as np
 import pytest
 
+import simcomm
 from simcomm.backends.calibrate import Measurement, Observation, calibrate_gloo, measure_gloo, predict
 from simcomm.backends.calibrate.gloo import default_space, observations, split
 from simcomm.cli import main
 from simcomm.collective import simulate_collective
+from simcomm.distributed import api as dist
 from simcomm.hardware import build_cluster, load_profile
 
 SIZES = [4096 * 4 ** k for k in range(8)]
@@ -48,10 +51,6 @@ def test_fit_recovers_a_known_host(tmp_path):
 
 
 def test_the_ping_pong_is_predicted_as_one_send_of_a_rank_program():
-    import numpy as np
-
-    import simcomm
-    from simcomm.distributed import api as dist
     space = default_space(cores=2).with_values(TRUE)
     cluster = space.cluster(2, 1)
     size = 64 << 20

@@ -17,6 +17,7 @@ from ...session import Session
 
 PINGPONG = "pingpong"  # an Observation of half a 2-rank ping-pong: one send, not nccl-tests' sendrecv
 
+
 @dataclass(frozen=True)
 class Observation:
     collective: str  # a collective kind, or PINGPONG
