@@ -187,3 +187,17 @@ def test_process_failure_is_reported_and_the_parent_goes_on(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "codes [1, 1]" in captured.out and "child 0 gives up" in captured.err
     assert not result.ok and [w.kind for w in result.worlds] == ["torchrun", "process"]
+
+
+def test_premul_sum_from_torchs_own_factory(tmp_path, capsys):
+    """dist._make_nccl_premul_sum is torch's (not served); its op carries the factor, a float or a tensor."""
+    run(tmp_path, """
+        dist.init_process_group("nccl")
+        r = dist.get_rank()
+        t = torch.ones(2, device="cuda")
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(float(r + 1)))
+        u = torch.ones(1, device="cuda")
+        dist.all_reduce(u, op=dist._make_nccl_premul_sum(torch.tensor([0.5 * r], device="cuda")))
+        print(t.tolist(), u.tolist())
+    """, nproc=3)
+    assert capsys.readouterr().out.splitlines() == ["[6.0, 6.0] [1.5]"] * 3

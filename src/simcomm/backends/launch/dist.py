@@ -16,6 +16,7 @@ import torch.distributed as tdist
 
 from ... import distributed as sdist
 from ...algorithms.reduce_ops import ReduceOp as SimReduceOp
+from ...algorithms.reduce_ops import make_premul_sum
 from .compute import flush
 from .context import RankContext, current_context
 
@@ -48,11 +49,12 @@ def _sim_op(op):
     if isinstance(op, tdist.ReduceOp.RedOpType):
         return getattr(SimReduceOp, op.name)
     if isinstance(op, tdist.ReduceOp):
+        if getattr(op, "op", None) == tdist.ReduceOp.RedOpType.PREMUL_SUM:  # made by _make_nccl_premul_sum
+            return make_premul_sum(op.factor)
         for member in tdist.ReduceOp.RedOpType.__members__.values():
             if op == member:
                 return getattr(SimReduceOp, member.name)
-        raise ValueError(f"ReduceOp {op!r} (e.g. a PREMUL_SUM made by _make_nccl_premul_sum) is not supported "
-                         "by simcomm launch")
+        raise ValueError(f"ReduceOp {op!r} is not supported by simcomm launch")
     return op
 
 
