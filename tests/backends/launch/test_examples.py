@@ -52,9 +52,25 @@ def simulated_lines(capsys, script, args=(), nproc=None, cluster="cpu-host", **k
     ("data_parallel.py", ("--steps", "2"), 2, "cpu-host"),  # float training: bitwise equal with gloo numerics
     ("p2p_spawn.py", (), None, "cpu-host"),  # self-launching: mp.spawn(join, daemon, start_method)
     ("barrier_processes.py", (), None, "cpu-host"),  # mp.Process, set_start_method, time.sleep
+    ("ddp_torchrun.py", ("--steps", "2"), 3, "cpu-host"),  # DistributedDataParallel, several buckets
+    ("ddp_torchrun.py", ("--steps", "2", "--find-unused"), 2, "cpu-host"),  # and its unused-parameter search
 ])
 def test_same_output_as_real(capsys, script, args, nproc, cluster):
     sim = simulated_lines(capsys, script, args, nproc, cluster)
     real = real_lines(script, args, nproc)
     assert sim == real, f"simulated:\n{chr(10).join(sim)}\nreal:\n{chr(10).join(real)}"
     assert len(sim) >= 3
+
+
+def test_ddp_on_simulated_gpus(capsys):
+    """The GPU form (nccl, .cuda, device_ids) on 8 simulated H100s: every replica ends equal, and DDP's bucket
+    all-reduces cost simulated time (more buckets, more time)."""
+    elapsed = {}
+    for bucket_mb in ("0.01", "25"):
+        capsys.readouterr()
+        result = launch(EXAMPLES / "ddp_torchrun.py", ["--steps", "2", "--bucket-mb", bucket_mb], nproc_per_node=8,
+                        cluster="hgx-h100")
+        weights = {line.split(" ", 2)[2] for line in _lines(capsys.readouterr().out) if "weights" in line}
+        assert len(weights) == 1 and result.ok
+        elapsed[bucket_mb] = result.worlds[0].elapsed
+    assert elapsed["0.01"] > elapsed["25"] > 0

@@ -38,11 +38,14 @@ def test_environment_rank_and_backend_per_rank(tmp_path, capsys):
 
 
 def test_everything_is_restored_afterwards(tmp_path):
-    before = (os.environ, time.sleep, time.time, tdist.all_reduce, tdist.init_process_group, torch.device,
-              torch.cuda.is_available, sys.modules["__main__"], list(sys.argv), list(sys.path))
+    def state():
+        return (os.environ, time.sleep, time.time, tdist.all_reduce, tdist.init_process_group, torch.device,
+                torch.cuda.is_available, sys.modules["__main__"], list(sys.argv), list(sys.path),
+                tdist.distributed_c10d._get_default_group, torch.nn.parallel.distributed._get_default_group,
+                torch.nn.parallel.DistributedDataParallel.__init__, torch.get_num_threads())
+    before = state()
     run(tmp_path, "dist.init_process_group('gloo')\ndist.all_reduce(torch.ones(2))\n", cluster="cpu-host")
-    after = (os.environ, time.sleep, time.time, tdist.all_reduce, tdist.init_process_group, torch.device,
-             torch.cuda.is_available, sys.modules["__main__"], list(sys.argv), list(sys.path))
+    after = state()
     assert all(a is b or a == b for a, b in zip(before, after))
     assert "RANK" not in os.environ and not torch.cuda.is_available()
 
@@ -201,3 +204,23 @@ def test_premul_sum_from_torchs_own_factory(tmp_path, capsys):
         print(t.tolist(), u.tolist())
     """, nproc=3)
     assert capsys.readouterr().out.splitlines() == ["[6.0, 6.0] [1.5]"] * 3
+
+
+def test_ddp_on_a_subgroup(tmp_path, capsys):
+    """DDP(process_group=new_group(...)): each pair broadcasts its first rank's weights and averages its own
+    gradients (closed form: inputs r + 1 on 2 rows; pair {0, 1} -> 2 * 1.5, pair {2, 3} -> 2 * 3.5)."""
+    run(tmp_path, """
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        r = dist.get_rank()
+        pair = [dist.new_group([0, 1]), dist.new_group([2, 3])][r // 2]
+        m = nn.Linear(4, 1)
+        with torch.no_grad():
+            m.weight.fill_(float(r))
+        ddp = DDP(m, process_group=pair)
+        ddp(torch.ones(2, 4) * (r + 1)).sum().backward()
+        print(r, m.weight.flatten().tolist(), m.weight.grad.flatten().tolist(), dist.get_world_size(ddp.process_group))
+    """, nproc=4, cluster="cpu-host")
+    lines = sorted(capsys.readouterr().out.splitlines())
+    assert lines == [f"{r} {[float(r // 2 * 2)] * 4} {[3.0 if r < 2 else 7.0] * 4} 2" for r in range(4)]

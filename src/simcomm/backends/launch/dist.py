@@ -42,7 +42,7 @@ def blocking(ctx: RankContext):
         ctx.restore_rng()
 
 
-def _sim_op(op):
+def sim_op(op):
     """torch's ReduceOp (or its RedOpType member) as simcomm's."""
     if isinstance(op, SimReduceOp):
         return op
@@ -59,8 +59,10 @@ def _sim_op(op):
 
 
 def _convert(value):
+    if isinstance(value, tdist.ProcessGroup) and hasattr(value, "simcomm_group"):  # process_group.SimProcessGroup
+        return value.simcomm_group
     if isinstance(value, (tdist.ReduceOp, tdist.ReduceOp.RedOpType)):
-        return _sim_op(value)
+        return sim_op(value)
     if isinstance(value, P2POp):
         return value.simcomm
     if isinstance(value, list) and value and isinstance(value[0], P2POp):
@@ -166,6 +168,7 @@ def _destroy_process_group(ctx: RankContext, group=None):
     _require_init(ctx, "destroy_process_group")
     if group is None:
         ctx.initialized = False
+        ctx.process_group = None
 
 
 def _get_backend(ctx: RankContext, group=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import time as _time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +20,7 @@ from .cuda import LaunchDevice, cuda_functions
 from .dist import replacements
 from .environ import RankEnviron
 from .patching import Patcher
+from .process_group import ddp_init, default_process_group
 from .script import MainProxy, Script
 from .world import Options, World
 
@@ -65,6 +67,10 @@ class _Launch:
         p = self.patcher
         for name, fn in replacements().items():
             p.set(tdist, name, fn)
+        for module in (tdist.distributed_c10d, torch.nn.parallel.distributed):  # DDP's default group
+            p.set(module, "_get_default_group", default_process_group(module._get_default_group))
+        ddp = torch.nn.parallel.DistributedDataParallel
+        p.set(ddp, "__init__", ddp_init(ddp.__init__))
         originals = {name: getattr(torch.cuda, name) for name in dir(torch.cuda)}
         for name, fn in cuda_functions(originals).items():
             p.set(torch.cuda, name, fn)
@@ -103,9 +109,26 @@ def _torchrun_environ(base: dict, rank: int, nproc_per_node: int, nnodes: int, p
                ROLE_RANK=str(rank), NODE_RANK=str(rank // nproc_per_node), WORLD_SIZE=str(world),
                LOCAL_WORLD_SIZE=str(nproc_per_node), ROLE_WORLD_SIZE=str(world), GROUP_WORLD_SIZE=str(nnodes),
                ROLE_NAME="default", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               TORCHELASTIC_RUN_ID="simcomm", TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0",
-               OMP_NUM_THREADS=base.get("OMP_NUM_THREADS", "1"))
+               TORCHELASTIC_RUN_ID="simcomm", TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0")
+    if nproc_per_node > 1:  # torchrun's default, so that the ranks of a node do not oversubscribe its cores
+        env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+@contextmanager
+def _intra_op_threads(environ: dict):
+    """torch's intra-op threads as each rank's OMP_NUM_THREADS asks, for the run (then as before): the ranks are
+    threads of this process, and a reduction split over other thread counts sums in another order."""
+    value = environ.get("OMP_NUM_THREADS", "")
+    if not value.isdigit() or int(value) < 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(value))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def launch(script, script_args=(), nproc_per_node: int | None = None, nnodes: int | None = None,
@@ -144,7 +167,8 @@ def launch(script, script_args=(), nproc_per_node: int | None = None, nnodes: in
             s.run(modules[rank], rank)
 
         try:
-            world.run(rank_main)
+            with _intra_op_threads(envs[0]):
+                world.run(rank_main)
         finally:
             records = [_record(w) for w in active.worlds]
     result = LaunchResult(records)
@@ -180,4 +204,5 @@ def run_launched(fn, args=(), nprocs: int = 2, cluster="cpu-host", backend: str 
             value = fn(rank, tdist, *args)
             tdist.destroy_process_group()
             return value
-        return world.run(body).results
+        with _intra_op_threads(envs[0]):
+            return world.run(body).results

@@ -1,0 +1,123 @@
+"""A torch ProcessGroup per launched rank, served by simcomm: what DistributedDataParallel talks to.
+
+DDP does not call torch.distributed's Python functions for its gradients: its C++ Reducer (and the C++ helpers
+that check parameter shapes and broadcast the initial state) call the process group object's own methods. torch
+lets a Python subclass of ProcessGroup stand in for the C++ one, so each rank gets a SimProcessGroup whose
+allreduce / broadcast / allgather / barrier run simcomm's collectives on the rank's group. Calls are synchronous
+(the work is complete when the method returns, its future already set): every rank issues DDP's bucket
+all-reduces in the same order, so they meet as they would on a real cluster. In simulated time a bucket's
+all-reduce therefore waits for the compute before it and the rest of the backward pass waits for it: real DDP
+overlaps the two (simcomm's own data-parallel schedules model that overlap).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.distributed as tdist
+from torch.futures import Future
+
+from ... import distributed as sdist
+from .context import RankContext, current_context
+from .dist import NOT_INITIALIZED, blocking, sim_op
+
+
+class SimWork(tdist._Work):
+    """A finished collective: wait() returns at once, get_future() holds its tensors."""
+
+    def __init__(self, tensors):
+        super().__init__()
+        self._future = Future()
+        self._future.set_result(tensors)
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def get_future(self) -> Future:
+        return self._future
+
+
+class SimProcessGroup(tdist.ProcessGroup):
+    """One rank's view of a simcomm group as a torch ProcessGroup (the methods DDP's C++ side calls)."""
+
+    def __init__(self, ctx: RankContext, group):
+        super().__init__(sdist.get_rank(group), sdist.get_world_size(group))
+        self.simcomm_group, self._ctx = group, ctx
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        # only torch's C++ side asks (DDP's logger looks a known name up among the group's C++ backends, which
+        # this group has none of); dist.get_backend(group) still answers the backend the script asked for
+        return "simcomm"
+
+    def _run(self, fn, *args, **kwargs):
+        kwargs = {k: sim_op(v) if k == "op" else v for k, v in kwargs.items()}
+        with blocking(self._ctx):
+            fn(*args, group=self.simcomm_group, **kwargs)
+
+    # C++ callers pass (list of tensors, options); Python callers may use torch's other overloads, (tensor, op)
+    # for allreduce and (tensor, root) for broadcast, as DDP's find_unused_parameters path does
+    def allreduce(self, tensors, opts=None):
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else tensors
+        op = opts.reduceOp if isinstance(opts, tdist.AllreduceOptions) else opts
+        for t in tensors:
+            self._run(sdist.all_reduce, t, op=tdist.ReduceOp.SUM if op is None else op)
+        return SimWork(tensors)
+
+    def broadcast(self, tensors, opts=None):
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else tensors
+        root = opts.rootRank if isinstance(opts, tdist.BroadcastOptions) else (opts or 0)
+        for t in tensors:
+            self._run(sdist.broadcast, t, src=sdist.get_global_rank(self.simcomm_group, root))
+        return SimWork(tensors)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        for outs, t in zip(output_lists, inputs):
+            self._run(sdist.all_gather, outs, t)
+        return SimWork(output_lists)
+
+    def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's name
+        self._run(sdist.all_gather_into_tensor, output, input)
+        return SimWork([output])
+
+    def barrier(self, opts=None):
+        self._run(sdist.barrier)
+        return SimWork([])
+
+
+def default_process_group(original):
+    """torch's _get_default_group, returning the calling rank's SimProcessGroup inside a launched rank."""
+    def get_default_group():
+        ctx = current_context()
+        if ctx is None:
+            return original()
+        if not ctx.initialized:
+            raise ValueError(NOT_INITIALIZED)
+        if ctx.process_group is None:
+            ctx.process_group = SimProcessGroup(ctx, sdist.group.WORLD)
+        return ctx.process_group
+    return get_default_group
+
+
+def ddp_init(original):
+    """DistributedDataParallel.__init__ for launched ranks: a script's "cuda" modules live on the CPU here, where
+    DDP refuses device_ids / output_device, so those two are dropped (they only place inputs and outputs); a
+    process_group from new_group becomes that group's SimProcessGroup."""
+    @functools.wraps(original)
+    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        ctx = current_context()
+        if ctx is not None:
+            device_ids = output_device = None
+            group = kwargs.get("process_group")
+            if group is not None and not isinstance(group, SimProcessGroup):  # a group from new_group
+                kwargs["process_group"] = SimProcessGroup(ctx, group)
+        original(self, module, device_ids, output_device, *args, **kwargs)
+    return __init__
+
+
+__all__ = ["SimProcessGroup", "SimWork", "ddp_init", "default_process_group"]
