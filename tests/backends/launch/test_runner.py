@@ -224,3 +224,12 @@ def test_ddp_on_a_subgroup(tmp_path, capsys):
     """, nproc=4, cluster="cpu-host")
     lines = sorted(capsys.readouterr().out.splitlines())
     assert lines == [f"{r} {[float(r // 2 * 2)] * 4} {[3.0 if r < 2 else 7.0] * 4} 2" for r in range(4)]
+
+
+def test_ddp_refuses_meta_parameters_clearly(tmp_path):
+    with pytest.raises(RankFailed, match="DistributedDataParallel under simcomm launch needs parameters with data"):
+        run(tmp_path, """
+            import torch.nn as nn
+            dist.init_process_group("nccl")
+            torch.nn.parallel.DistributedDataParallel(nn.Linear(4, 4).cuda())
+        """, cuda_as="meta")

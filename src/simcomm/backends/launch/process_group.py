@@ -112,6 +112,10 @@ def ddp_init(original):
     def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
         ctx = current_context()
         if ctx is not None:
+            if any(p.is_meta for p in module.parameters()):
+                # DDP's C++ side reads its bucket and shape metadata back from the parameters' device
+                raise NotImplementedError("DistributedDataParallel under simcomm launch needs parameters with data: "
+                                          "run without --cuda-as meta (a module on the meta device has none)")
             device_ids = output_device = None
             group = kwargs.get("process_group")
             if group is not None and not isinstance(group, SimProcessGroup):  # a group from new_group
