@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--dim", type=int, default=64)
+parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--bucket-mb", type=float, default=0.01, help="DDP's bucket_cap_mb: small, so several buckets")
 parser.add_argument("--find-unused", action="store_true", help="DDP's find_unused_parameters")
 args = parser.parse_args()
@@ -54,8 +55,8 @@ ddp = DDP(Wrapper(net), device_ids=[local_rank] if use_gpu else None, bucket_cap
 optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
 generator = torch.Generator().manual_seed(100 + rank)  # each rank its own batch
 for step in range(args.steps):
-    x = torch.randn(16, args.dim, generator=generator).to(device)
-    y = torch.randn(16, 1, generator=generator).to(device)
+    x = torch.randn(args.batch, args.dim, generator=generator).to(device)
+    y = torch.randn(args.batch, 1, generator=generator).to(device)
     loss = nn.functional.mse_loss(ddp(x), y)
     optimizer.zero_grad()
     loss.backward()

@@ -3,11 +3,10 @@
 DDP does not call torch.distributed's Python functions for its gradients: its C++ Reducer (and the C++ helpers
 that check parameter shapes and broadcast the initial state) call the process group object's own methods. torch
 lets a Python subclass of ProcessGroup stand in for the C++ one, so each rank gets a SimProcessGroup whose
-allreduce / broadcast / allgather / barrier run simcomm's collectives on the rank's group. Calls are synchronous
-(the work is complete when the method returns, its future already set): every rank issues DDP's bucket
-all-reduces in the same order, so they meet as they would on a real cluster. In simulated time a bucket's
-all-reduce therefore waits for the compute before it and the rest of the backward pass waits for it: real DDP
-overlaps the two (simcomm's own data-parallel schedules model that overlap).
+allreduce / broadcast / allgather / barrier run simcomm's collectives on the rank's group. Every rank issues
+DDP's bucket all-reduces in the same order, so they meet as they would on a real cluster. An all-reduce issued
+during a backward pass (a gradient bucket) starts and returns at once, overlapping the rest of the backward pass in
+simulated time as DDP does; the others complete before the method returns.
 """
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import functools
 
 import torch
 import torch.distributed as tdist
+from torch.autograd import Variable
 from torch.futures import Future
 
 from ... import distributed as sdist
@@ -23,21 +23,26 @@ from .dist import NOT_INITIALIZED, blocking, sim_op
 
 
 class SimWork(tdist._Work):
-    """A finished collective: wait() returns at once, get_future() holds its tensors."""
+    """A collective's work: finished when made (future set), or, given `finish`, finished by calling it (which
+    sets the future)."""
 
-    def __init__(self, tensors):
+    def __init__(self, tensors, future: Future | None = None, finish=None):
         super().__init__()
-        self._future = Future()
-        self._future.set_result(tensors)
+        self._future = future if future is not None else Future()
+        if future is None:
+            self._future.set_result(tensors)
+        self._finish = finish
 
     def wait(self, timeout=None) -> bool:
+        if not self._future.done():
+            self._finish()
         return True
 
     def is_completed(self) -> bool:
-        return True
+        return self._future.done()
 
     def is_success(self) -> bool:
-        return True
+        return self._future.done()
 
     def get_future(self) -> Future:
         return self._future
@@ -49,6 +54,7 @@ class SimProcessGroup(tdist.ProcessGroup):
     def __init__(self, ctx: RankContext, group):
         super().__init__(sdist.get_rank(group), sdist.get_world_size(group))
         self.simcomm_group, self._ctx = group, ctx
+        self._in_flight: list[tuple] = []  # (simcomm Work, torch Future, tensors) issued during a backward pass
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         # only torch's C++ side asks (DDP's logger looks a known name up among the group's C++ backends, which
@@ -58,15 +64,39 @@ class SimProcessGroup(tdist.ProcessGroup):
     def _run(self, fn, *args, **kwargs):
         kwargs = {k: sim_op(v) if k == "op" else v for k, v in kwargs.items()}
         with blocking(self._ctx):
-            fn(*args, group=self.simcomm_group, **kwargs)
+            return fn(*args, group=self.simcomm_group, **kwargs)
+
+    def _overlapped(self, tensors, op) -> SimWork:
+        """During a backward pass (DDP's bucket all-reduces): start the all-reduces and return at once, so that the
+        rest of the backward pass runs meanwhile in simulated time, as DDP overlaps them. They are waited for in an
+        autograd callback queued now, which runs when the backward pass ends, before the DDP finalizer (queued after
+        the last bucket is launched) reads the results."""
+        future = Future()
+        if not self._in_flight:
+            Variable._execution_engine.queue_callback(self._finish_in_flight)
+        for t in tensors:
+            work = self._run(sdist.all_reduce, t, op=op, async_op=True)
+            self._in_flight.append((work, future if t is tensors[-1] else None, tensors))
+        return SimWork(tensors, future, self._finish_in_flight)
+
+    def _finish_in_flight(self) -> None:
+        in_flight, self._in_flight = self._in_flight, []
+        with blocking(self._ctx):  # the backward compute since the last launch is charged first
+            for work, future, tensors in in_flight:
+                work.wait()
+                if future is not None:
+                    future.set_result(tensors)
 
     # C++ callers pass (list of tensors, options); Python callers may use torch's other overloads, (tensor, op)
     # for allreduce and (tensor, root) for broadcast, as DDP's find_unused_parameters path does
     def allreduce(self, tensors, opts=None):
-        tensors = [tensors] if isinstance(tensors, torch.Tensor) else tensors
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         op = opts.reduceOp if isinstance(opts, tdist.AllreduceOptions) else opts
+        op = tdist.ReduceOp.SUM if op is None else op
+        if torch._C._current_graph_task_id() != -1:
+            return self._overlapped(tensors, op)
         for t in tensors:
-            self._run(sdist.all_reduce, t, op=tdist.ReduceOp.SUM if op is None else op)
+            self._run(sdist.all_reduce, t, op=op)
         return SimWork(tensors)
 
     def broadcast(self, tensors, opts=None):
