@@ -20,6 +20,8 @@ parser.add_argument("--dim", type=int, default=64)
 parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--bucket-mb", type=float, default=0.01, help="DDP's bucket_cap_mb: small, so several buckets")
 parser.add_argument("--find-unused", action="store_true", help="DDP's find_unused_parameters")
+parser.add_argument("--comm-hook", choices=("none", "allreduce", "fp16"), default="none",
+                    help="a DDP communication hook from torch's default_hooks")
 args = parser.parse_args()
 
 use_gpu = torch.cuda.is_available()
@@ -52,6 +54,10 @@ class Wrapper(nn.Module):
 
 ddp = DDP(Wrapper(net), device_ids=[local_rank] if use_gpu else None, bucket_cap_mb=args.bucket_mb,
           find_unused_parameters=args.find_unused)
+if args.comm_hook != "none":
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    ddp.register_comm_hook(None, {"allreduce": default_hooks.allreduce_hook,
+                                  "fp16": default_hooks.fp16_compress_hook}[args.comm_hook])
 optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
 generator = torch.Generator().manual_seed(100 + rank)  # each rank its own batch
 for step in range(args.steps):

@@ -54,6 +54,7 @@ def simulated_lines(capsys, script, args=(), nproc=None, cluster="cpu-host", **k
     ("barrier_processes.py", (), None, "cpu-host"),  # mp.Process, set_start_method, time.sleep
     ("ddp_torchrun.py", ("--steps", "2"), 3, "cpu-host"),  # DistributedDataParallel, several buckets
     ("ddp_torchrun.py", ("--steps", "2", "--find-unused"), 2, "cpu-host"),  # and its unused-parameter search
+    ("ddp_torchrun.py", ("--steps", "2", "--comm-hook", "fp16"), 2, "cpu-host"),  # a communication hook
 ])
 def test_same_output_as_real(capsys, script, args, nproc, cluster):
     sim = simulated_lines(capsys, script, args, nproc, cluster)

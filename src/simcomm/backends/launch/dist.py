@@ -13,6 +13,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 import torch.distributed as tdist
+from torch.autograd import Variable
+from torch.futures import Future
 
 from ... import distributed as sdist
 from ...algorithms.reduce_ops import ReduceOp as SimReduceOp
@@ -82,6 +84,21 @@ class LaunchWork:
 
     def is_completed(self) -> bool:
         return self._work.is_completed()
+
+    def get_future(self) -> Future:
+        """A torch Future of the work's output tensors. Asked for during a backward pass (a DDP communication
+        hook), it is completed when the pass ends, so the work overlaps the rest of it; otherwise at once."""
+        self._work.get_future()  # raises as torch does where a work has no future (send, recv)
+        future = Future()
+
+        def finish():
+            self.wait()
+            future.set_result(self._work._outputs)
+        if torch._C._current_graph_task_id() != -1:
+            Variable._execution_engine.queue_callback(finish)
+        else:
+            finish()
+        return future
 
     def is_success(self) -> bool:
         return self._work.is_success()
