@@ -233,3 +233,15 @@ def test_ddp_refuses_meta_parameters_clearly(tmp_path):
             dist.init_process_group("nccl")
             torch.nn.parallel.DistributedDataParallel(nn.Linear(4, 4).cuda())
         """, cuda_as="meta")
+
+
+def test_work_get_future_is_a_torch_future(tmp_path, capsys):
+    run(tmp_path, """
+        from torch.futures import Future
+        dist.init_process_group("gloo")
+        t = torch.full((2,), float(dist.get_rank() + 1))
+        fut = dist.all_reduce(t, async_op=True).get_future()
+        doubled = fut.then(lambda f: f.value()[0] * 2)
+        print(isinstance(fut, Future), fut.wait()[0].tolist(), doubled.wait().tolist())
+    """, nproc=2, cluster="cpu-host")
+    assert capsys.readouterr().out.splitlines() == ["True [3.0, 3.0] [6.0, 6.0]"] * 2

@@ -88,12 +88,12 @@ class LaunchWork:
     def get_future(self) -> Future:
         """A torch Future of the work's output tensors. Asked for during a backward pass (a DDP communication
         hook), it is completed when the pass ends, so the work overlaps the rest of it; otherwise at once."""
-        self._work.get_future()  # raises as torch does where a work has no future (send, recv)
+        outputs = self._work.get_future()  # raises as torch does where a work has no future (send, recv)
         future = Future()
 
         def finish():
-            self.wait()
-            future.set_result(self._work._outputs)
+            with blocking(self._ctx):
+                future.set_result(outputs.wait())
         if torch._C._current_graph_task_id() != -1:
             Variable._execution_engine.queue_callback(finish)
         else:
