@@ -44,6 +44,16 @@ def blocking(ctx: RankContext):
         ctx.restore_rng()
 
 
+def in_backward() -> bool:
+    """True while an autograd backward pass runs on the calling thread."""
+    return torch._C._current_graph_task_id() != -1
+
+
+def at_backward_end(fn) -> None:
+    """Run fn when the running backward pass ends, after its last gradient hook, before later-queued callbacks."""
+    Variable._execution_engine.queue_callback(fn)
+
+
 def sim_op(op):
     """torch's ReduceOp (or its RedOpType member) as simcomm's."""
     if isinstance(op, SimReduceOp):
@@ -94,8 +104,8 @@ class LaunchWork:
         def finish():
             with blocking(self._ctx):
                 future.set_result(outputs.wait())
-        if torch._C._current_graph_task_id() != -1:
-            Variable._execution_engine.queue_callback(finish)
+        if in_backward():
+            at_backward_end(finish)
         else:
             finish()
         return future

@@ -14,12 +14,11 @@ import functools
 
 import torch
 import torch.distributed as tdist
-from torch.autograd import Variable
 from torch.futures import Future
 
 from ... import distributed as sdist
 from .context import RankContext, current_context
-from .dist import NOT_INITIALIZED, blocking, sim_op
+from .dist import NOT_INITIALIZED, at_backward_end, blocking, in_backward, sim_op
 
 
 class SimWork(tdist._Work):
@@ -54,7 +53,7 @@ class SimProcessGroup(tdist.ProcessGroup):
     def __init__(self, ctx: RankContext, group):
         super().__init__(sdist.get_rank(group), sdist.get_world_size(group))
         self.simcomm_group, self._ctx = group, ctx
-        self._in_flight: list[tuple] = []  # (simcomm Work, torch Future, tensors) issued during a backward pass
+        self._in_flight: list[tuple] = []  # (simcomm Works, torch Future, tensors) issued during a backward pass
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         # only torch's C++ side asks (DDP's logger looks a known name up among the group's C++ backends, which
@@ -73,19 +72,18 @@ class SimProcessGroup(tdist.ProcessGroup):
         the last bucket is launched) reads the results."""
         future = Future()
         if not self._in_flight:
-            Variable._execution_engine.queue_callback(self._finish_in_flight)
-        for t in tensors:
-            work = self._run(sdist.all_reduce, t, op=op, async_op=True)
-            self._in_flight.append((work, future if t is tensors[-1] else None, tensors))
+            at_backward_end(self._finish_in_flight)
+        works = [self._run(sdist.all_reduce, t, op=op, async_op=True) for t in tensors]
+        self._in_flight.append((works, future, tensors))
         return SimWork(tensors, future, self._finish_in_flight)
 
     def _finish_in_flight(self) -> None:
         in_flight, self._in_flight = self._in_flight, []
         with blocking(self._ctx):  # the backward compute since the last launch is charged first
-            for work, future, tensors in in_flight:
-                work.wait()
-                if future is not None:
-                    future.set_result(tensors)
+            for works, future, tensors in in_flight:
+                for work in works:
+                    work.wait()
+                future.set_result(tensors)
 
     # C++ callers pass (list of tensors, options); Python callers may use torch's other overloads, (tensor, op)
     # for allreduce and (tensor, root) for broadcast, as DDP's find_unused_parameters path does
@@ -93,7 +91,7 @@ class SimProcessGroup(tdist.ProcessGroup):
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         op = opts.reduceOp if isinstance(opts, tdist.AllreduceOptions) else opts
         op = tdist.ReduceOp.SUM if op is None else op
-        if torch._C._current_graph_task_id() != -1:
+        if in_backward():
             return self._overlapped(tensors, op)
         for t in tensors:
             self._run(sdist.all_reduce, t, op=op)
