@@ -18,8 +18,9 @@ def _sizes(text: str | None) -> list[int]:
     return [parse_size(s.strip(), "--sizes") for s in text.split(",")]
 
 
-def _saved_passes(path: str, measurement) -> list[list]:
+def _saved_passes(path: str) -> list[list]:
     """The passes of a file written by --save-measurements, each a list of Measurements."""
+    from ..backends.calibrate.measure import Measurement
     try:
         doc = json.loads(open(path).read())
     except (OSError, ValueError) as exc:
@@ -31,7 +32,7 @@ def _saved_passes(path: str, measurement) -> list[list]:
     out = []
     for i, p in enumerate(passes):
         try:
-            out.append([measurement(**m) for m in p["points"]])
+            out.append([Measurement(**m) for m in p["points"]])
         except (TypeError, KeyError) as exc:
             raise SimcommError(f"{path}: passes[{i}]: expected 'points', each with collective, ranks, size, time "
                                f"and rounds ({exc})") from None
@@ -40,9 +41,9 @@ def _saved_passes(path: str, measurement) -> list[list]:
 
 def _measure(args) -> list[list]:
     from ..backends import require_torch
-    from ..backends.calibrate.measure import Measurement, measure_gloo
+    from ..backends.calibrate.measure import measure_gloo
     if args.measurements:
-        return [ms for path in args.measurements for ms in _saved_passes(path, Measurement)]
+        return [ms for path in args.measurements for ms in _saved_passes(path)]
     require_torch()
     ranks = [int(r) for r in (args.ranks or "2,3,4").split(",")]
     passes, record = [], []
