@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SimcommError
+from ..vocab import canonical_dtype, numpy_dtype
 from .dims import LayoutError, ParallelDims
 from .model.config import TransformerConfig
 from .optim import make_optimizer
 
 DATA_PARALLEL = ("ddp", "zero1", "zero2", "zero3")
-BF16 = ("bfloat16", "bf16")
-PARAMS_DTYPES = ("float16", "float32", "float64") + BF16
+PARAMS_DTYPES = ("float16", "float32", "float64", "bfloat16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class TrainConfig:
             raise SimcommError(f"data_parallel must be one of {', '.join(DATA_PARALLEL)}, got {self.data_parallel!r}")
         if self.params_dtype not in PARAMS_DTYPES:
             raise SimcommError(f"params_dtype must be one of {', '.join(PARAMS_DTYPES)}, got {self.params_dtype!r}")
-        if self.params_dtype in BF16 and not self.size_only:
+        if canonical_dtype(self.params_dtype) == "bfloat16" and not self.size_only:
             raise SimcommError(f"params_dtype {self.params_dtype!r} needs size_only=True: numpy has no bfloat16, so "
                                "a run with data cannot compute in it (use float32 or float64)")
         dims = self.dims
@@ -94,7 +94,7 @@ class TrainConfig:
     @property
     def numpy_dtype(self) -> np.dtype:
         """The dtype the parameters and activations are held in: params_dtype, bfloat16 as float16 (size-only)."""
-        return np.dtype("float16" if self.params_dtype in BF16 else self.params_dtype)
+        return np.dtype(numpy_dtype(canonical_dtype(self.params_dtype)))
 
     @property
     def world_size(self) -> int:

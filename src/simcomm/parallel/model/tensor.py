@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ...distributed.tensors import SizeOnly
+from ...vocab import canonical_dtype, numpy_dtype
 
 
 def _shape_of(x) -> tuple[int, ...]:
@@ -135,8 +136,8 @@ def is_meta(*xs) -> bool:
 
 def meta(shape, dtype="float32") -> Meta:
     """A Meta tensor (bfloat16 counts 2 bytes, as simcomm.size_only does)."""
-    if isinstance(dtype, str) and dtype in ("bfloat16", "bf16"):
-        dtype = "float16"
+    if isinstance(dtype, str):
+        dtype = numpy_dtype(canonical_dtype(dtype))
     return Meta(tuple(shape), dtype)
 
 
