@@ -98,3 +98,15 @@ def test_the_peer_programs_and_platform(tmp_path):
         for r in rows:
             assert r["simcomm_result"] == r["smpi_result"] == r["ranks"] * (r["ranks"] - 1) / 2
             assert r["wall_ratio"] > 0 and r["memory_ratio"] > 0
+
+
+def test_a_failed_process_says_why_in_one_line():
+    import sys
+
+    from simcomm.bench.process import run_process
+    failed = run_process([sys.executable, "-c", "import sys; print('x', file=sys.stderr); sys.exit(3)"])
+    assert (failed.returncode, failed.failure) == (3, "x")
+    quiet = run_process([sys.executable, "-c", "import sys; sys.exit(4)"])
+    assert quiet.failure == "exit code 4"
+    slow = run_process([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert slow.timed_out and slow.failure == "timed out after 0.5 s"

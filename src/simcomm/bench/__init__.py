@@ -100,8 +100,7 @@ def bench_rank_program(ranks: int = 256, count: int = MiB, size_only: bool = Fal
         dist.all_reduce(x)
         return None if size_only else float(x[0])
 
-    nodes = -(-ranks // 8)
-    r = spawn(program, nprocs=ranks, cluster=build_cluster("hgx-h100", nodes=nodes), detail="steps")
+    r = spawn(program, nprocs=ranks, cluster="hgx-h100", detail="steps")  # spawn sizes the cluster to the ranks
     if not size_only:
         expect = ranks * (ranks - 1) / 2
         assert all(v == expect for v in r.results), "all_reduce gave a wrong sum"
@@ -232,8 +231,7 @@ def _run_isolated(name: str) -> dict:
     try:
         row = json.loads(done.out)[0]
     except (ValueError, IndexError):
-        why = (done.err.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        return {"case": name, "wall_seconds": done.wall_seconds, "sim_seconds": float("nan"), "error": why}
+        return {"case": name, "wall_seconds": done.wall_seconds, "sim_seconds": float("nan"), "error": done.failure}
     row["peak_mb"] = done.peak_mb
     return row
 

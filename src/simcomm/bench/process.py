@@ -17,6 +17,14 @@ class Finished:
     wall_seconds: float
     peak_mb: float  # maximum resident set of the process and the children it waited for (wait4's ru_maxrss)
     timed_out: bool
+    timeout: float = 0.0
+
+    @property
+    def failure(self) -> str:
+        """Why it failed, in one line: the time-out, or the last line it wrote to stderr, or its exit code."""
+        if self.timed_out:
+            return f"timed out after {self.timeout:g} s"
+        return (self.err.strip().splitlines() or [f"exit code {self.returncode}"])[-1][:200]
 
 
 def run_process(cmd: list[str], cwd=None, timeout: float = 600.0, env=None) -> Finished:
@@ -33,4 +41,5 @@ def run_process(cmd: list[str], cwd=None, timeout: float = 600.0, env=None) -> F
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Finished(proc.returncode, out.read(), err.read(), wall, usage.ru_maxrss / 1024, wall >= timeout)
+        return Finished(proc.returncode, out.read(), err.read(), wall, usage.ru_maxrss / 1024, wall >= timeout,
+                        timeout)

@@ -48,9 +48,7 @@ def _measure(cmd: list[str], cwd: Path, timeout: float, env: dict | None = None)
     done = run_process(cmd, cwd, timeout, env=env)
     lines = [line.split() for line in done.out.splitlines() if line.startswith("simulated_seconds")]
     if done.returncode != 0 or not lines:
-        why = f"timed out after {timeout:g} s" if done.timed_out else \
-            (done.err.strip().splitlines() or [f"exit code {done.returncode}"])[-1][:200]
-        return {"ok": False, "error": why}
+        return {"ok": False, "error": done.failure}
     _, sim, _, result = lines[-1]
     return {"ok": True, "wall_seconds": done.wall_seconds, "peak_mb": done.peak_mb, "simulated_seconds": float(sim),
             "result": float(result)}

@@ -233,11 +233,15 @@ class PlanResult:
     simulated: int
     proven: bool  # no unsimulated layout's lower bound is below the best simulated step time
     notes: list[str] = field(default_factory=list)
-    schedule_bounds: int = 0  # layouts whose schedule bound was computed (the others that fit: a compute bound)
 
     @property
     def feasible(self) -> list[dict]:
         return [r for r in self.rows if r.get("fits")]
+
+    @property
+    def schedule_bounds(self) -> int:
+        """Layouts whose schedule bound was computed (the others that fit have a compute bound)."""
+        return sum(r.get("bound_kind") == "schedule" for r in self.rows)
 
 
 def _map(pool, fn, items, progress, done, total):
@@ -284,7 +288,7 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
         # best first over the lower bounds: (bound, index); a compute bound is refined, a schedule bound simulated
         heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
         heapq.heapify(heap)
-        simulated = refined = 0
+        simulated = 0
         best = float("inf")
         while heap and simulated < max_simulate:
             if simulated >= simulate_at_least and heap[0][0] >= best:
@@ -302,7 +306,6 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
                     rows[i].update(res)
                     heap.append((res["bound"], i))
                 heapq.heapify(heap)
-                refined += len(batch)
                 continue
             batch = [heapq.heappop(heap)[1] for _ in top]
             for i, res in run(simulate, batch):
@@ -322,4 +325,4 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
             return (1, r["bound"])
         return (2, r.get("peak_memory", float("inf"))) if "error" not in r else (3, 0.0)
     rows.sort(key=key)
-    return PlanResult(rows, len(cands), simulated, proven, schedule_bounds=refined)
+    return PlanResult(rows, len(cands), simulated, proven)
