@@ -14,7 +14,6 @@ Sweeps with a `known_gap` (systems.yaml) are not fitted; they are scored on thei
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -25,10 +24,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from simcomm.backends.calibrate.fit import Free, Observation, Space, fit, predict  # noqa: E402
+from simcomm.backends.compare_log import Point, band_errors  # noqa: E402
+from simcomm.backends.compare_systems import load_systems, sweep_log  # noqa: E402
 from simcomm.backends.nccl_log import read_log  # noqa: E402
 from simcomm.hardware import Tuning, get_preset  # noqa: E402
 
-MIB = 1 << 20
 FREE = [Free("tuning.launch_overhead", 1e-7, 1e-4, 1e-5), Free("tuning.step_overhead", 1e-9, 2e-5, 1e-7),
         Free("tuning.efficiency.nvls", 0.4, 1.2, 0.85),
         Free("tuning.efficiency.ring", 0.5, 1.2, 1.0), Free("tuning.efficiency.tree", 0.3, 1.2, 1.0),
@@ -41,8 +41,11 @@ FREE = [Free("tuning.launch_overhead", 1e-7, 1e-4, 1e-5), Free("tuning.step_over
 MIN_SIZE = 64 << 10  # below this nccl-tests times are launch-bound noise (and busbw-only tables lose precision)
 
 
+SYSTEMS, LOGS = load_systems(HERE / "systems.yaml")
+
+
 def systems() -> dict:
-    return yaml.safe_load((HERE / "systems.yaml").read_text())["systems"]
+    return SYSTEMS
 
 
 def observations(name: str, system: dict, gaps: bool = False) -> list[Observation]:
@@ -51,7 +54,7 @@ def observations(name: str, system: dict, gaps: bool = False) -> list[Observatio
     for sw in system["sweeps"]:
         if ("known_gap" in sw) != gaps:
             continue
-        (table,) = read_log(HERE / "nccl-tests" / f"{sw['log']}.log")
+        (table,) = read_log(sweep_log(LOGS, sw))
         dtype = {"double": "float64"}.get(table.dtype, "float32")
         for r in table.rows:
             if r.size >= MIN_SIZE:
@@ -64,18 +67,9 @@ def space_for(preset: str, tuning: Tuning | None = None, free=()) -> Space:
     return Space(preset, tuning=tuning or Tuning(), free=list(free))
 
 
-def gm_error(pred, obs) -> float:
-    logs = [abs(math.log(p / o.seconds)) for p, o in zip(pred, obs)]
-    return math.exp(sum(logs) / len(logs)) - 1 if logs else math.nan
-
-
 def bands(pred, obs) -> dict:
-    out = {}
-    for name, lo, hi in (("1-64 MiB", MIB, 64 * MIB), (">= 64 MiB", 64 * MIB, math.inf)):
-        sel = [(p, o) for p, o in zip(pred, obs) if lo <= o.size < hi]
-        if sel:
-            out[name] = gm_error(*zip(*sel))
-    return out
+    """Band name -> geometric-mean |error| (compare_log's bands)."""
+    return {name: err for name, err, _n in band_errors([Point(o.size, o.seconds, p) for p, o in zip(pred, obs)])}
 
 
 def tuning_from(values: dict, sources) -> Tuning:

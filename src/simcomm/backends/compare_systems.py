@@ -55,14 +55,17 @@ def load_systems(path) -> tuple[dict, Path]:
     return systems, p.parent / str(doc.get("logs", "."))
 
 
+def sweep_log(logs: Path, sweep: dict) -> Path:
+    """The nccl-tests log a sweep names, in the systems file's logs directory (".log" when it gives no suffix)."""
+    log = logs / sweep["log"]
+    return log if log.suffix else log.with_suffix(".log")
+
+
 def compare_system(name: str, system: dict, logs: Path) -> SystemComparison:
     nodes = system.get("nodes", 1)
     out = SystemComparison(name, system["preset"], nodes, system.get("source", ""), system.get("known_gap", ""))
     for sw in system["sweeps"]:
-        log = logs / sw["log"]
-        if not log.suffix:
-            log = log.with_suffix(".log")
-        for table in read_log(log):
+        for table in read_log(sweep_log(logs, sw)):
             cmp = compare_table(table, system["preset"], nodes=sw.get("nodes", nodes), collective=sw["collective"],
                                 ranks=sw["ranks"], algorithm=sw.get("algo"))
             if "known_gap" in sw:
