@@ -47,15 +47,18 @@ def why_not(cluster, ranks: np.ndarray) -> str | None:
     return None
 
 
+def switch_routes(cluster, ranks) -> tuple[np.ndarray, np.ndarray]:
+    """Each rank's route up to its node's NVSwitch and back down (route ids), in the order of `ranks`."""
+    up, down = zip(*(cluster.switch_links(int(g)) for g in ranks))
+    return (np.array([cluster.path_route((u,)) for u in up], dtype=np.int64),
+            np.array([cluster.path_route((d,)) for d in down], dtype=np.int64))
+
+
 def _links(coll: Collective):
-    cluster = coll.placement.cluster
-    reason = why_not(cluster, coll.ranks)
+    reason = why_not(coll.placement.cluster, coll.ranks)
     if reason:
         raise AlgorithmError(reason)
-    up, down = zip(*(cluster.switch_links(int(g)) for g in coll.ranks))
-    up_routes = np.array([cluster.path_route((u,)) for u in up], dtype=np.int64)
-    down_routes = np.array([cluster.path_route((d,)) for d in down], dtype=np.int64)
-    return up_routes, down_routes
+    return switch_routes(coll.placement.cluster, coll.ranks)
 
 
 def _step(parts, label: str) -> Step:

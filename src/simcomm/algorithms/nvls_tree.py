@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import AlgorithmError
 from .base import Algorithm
 from .cost import CostModel, pipelined_end
-from .nvls import _reduce_rows
+from .nvls import _reduce_rows, switch_routes
 from .plan import Buffers, Collective, Step
 from .reduce_ops import combine
 from .tree import _node_shapes, dtree_parents, node_members
@@ -80,12 +80,6 @@ class _Shape:
         self.depth = int(max(d.max() for d in self.depths))
 
 
-def _switch_routes(cluster, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    up, down = zip(*(cluster.switch_links(int(g)) for g in ranks))
-    return (np.array([cluster.path_route((u,)) for u in up], dtype=np.int64),
-            np.array([cluster.path_route((d,)) for d in down], dtype=np.int64))
-
-
 def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
     cluster = coll.placement.cluster
     reason = why_not(cluster, coll)
@@ -96,7 +90,7 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
     lay = _Layout(coll.count, ppn, coll.itemsize)
     shape = _Shape(nn)
     d_max, slices = shape.depth, lay.slices
-    up_route, down_route = _switch_routes(cluster, coll.ranks)
+    up_route, down_route = switch_routes(cluster, coll.ranks)
     local = np.empty(coll.n, dtype=np.int64)
     local[grid] = np.arange(ppn)[None, :]
     slice_bytes = lay.bytes.sum(axis=(1, 2))  # per slice

@@ -66,14 +66,19 @@ def node_members(coll: Collective) -> list[np.ndarray]:
     return np.split(order, starts[1:])
 
 
+def tree_channels(coll: Collective, nodes: int, per_node: int) -> int:
+    """Tree instances per direction: the placement's channels across nodes (a node's ranks inside one), at most
+    one per rank of the smallest node, and, like NCCL, fewer for small messages (each channel needs enough bytes
+    to keep its threads busy)."""
+    channels = max(1, min(coll.placement.channels if nodes > 1 else per_node, per_node))
+    return max(1, min(channels, -(-coll.count * coll.itemsize // (2 * MIN_CHANNEL_BYTES))))
+
+
 def double_tree_parents(coll: Collective) -> list[np.ndarray]:
     """Parent arrays (over group ranks) of the tree instances NCCL's all-reduce uses: 2 trees x channels."""
     members = node_members(coll)
     nn = len(members)
-    channels = max(1, min(coll.placement.channels if nn > 1 else len(members[0]),
-                          min(len(m) for m in members)))
-    # Like NCCL, small messages use fewer channels (each needs enough bytes to keep its threads busy).
-    channels = max(1, min(channels, -(-coll.count * coll.itemsize // (2 * MIN_CHANNEL_BYTES))))
+    channels = tree_channels(coll, nn, min(len(m) for m in members))
     out = []
     for node_parent in dtree_parents(nn):
         for c in range(channels):
@@ -193,8 +198,7 @@ def _predict_all_reduce(m: CostModel, coll: Collective) -> float:
     most."""
     size = float(coll.nbytes)
     members = max(1, m.ppn)
-    channels = max(1, min(coll.placement.channels if m.nodes > 1 else members, members))
-    channels = max(1, min(channels, -(-coll.count * coll.itemsize // (2 * MIN_CHANNEL_BYTES))))
+    channels = tree_channels(coll, m.nodes, members)
     seg = -(-coll.count // (2 * channels))
     slices = choose_slices(seg * coll.itemsize)
     times = _stage_times(m, channels, slices, -(-seg // slices) * coll.itemsize)
