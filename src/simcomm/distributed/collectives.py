@@ -410,12 +410,13 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     ins = _args(call, "input_tensor_list", input_tensor_list)
     outs = _args(call, "output_tensor_list", output_tensor_list, output=True)
     _, me = current()
+    gloo = _rules() == "gloo"
     for name, lst in (("input_tensor_list", ins), ("output_tensor_list", outs)):
         for i, t in enumerate(lst):
             if t.dtype != ins[0].dtype or (t.data is None) != (ins[0].data is None):
                 raise DistError(f"rank {me}: {call}: Invalid usage of tensors with different dtypes: {name}[{i}] "
                                 f"is {t.describe()}, input_tensor_list[0] is {ins[0].describe()}")
-            if _rules() == "gloo" and t.shape != lst[0].shape:
+            if gloo and t.shape != lst[0].shape:
                 raise DistError(f"rank {me}: ProcessGroupGloo::alltoall: invalid tensor size at index {i} "
                                 f"(expected {lst[0].shape}, got {t.shape})")
     return _all_to_all(g, group, ins[0], [t.numel for t in ins], [t.numel for t in outs],
