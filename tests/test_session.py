@@ -93,6 +93,11 @@ def test_bad_amounts_are_refused():
     for bad in (float("nan"), -1.0, float("inf")):
         with pytest.raises(SimcommError, match="finite and non-negative"):
             s.compute([0], seconds=bad)
+    for bad in (10 ** 400, object()):  # too large for a float; not a number
+        with pytest.raises(SimcommError, match="must be a finite non-negative number"):
+            s.compute([0], flops=bad)
+        with pytest.raises(SimcommError, match="nbytes must be a finite non-negative number"):
+            s.send(0, 1, bad)
     with pytest.raises(SimcommError, match="exactly one of size"):
         s.collective("all_reduce", range(8))
     with pytest.raises(SimcommError, match="unknown collective"):

@@ -96,7 +96,11 @@ def as_dtype(dtype) -> tuple[np.dtype, str]:
 def _check_amount(name: str, value) -> np.ndarray:
     if isinstance(value, str):
         value = parse_size(value, name)
-    arr = np.asarray(value, dtype=np.float64)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (OverflowError, TypeError, ValueError):  # 10**400, a word, an object
+        raise SimcommError(f"{name} must be a finite non-negative number (or array of them), got {value!r}") \
+            from None
     if not np.isfinite(arr).all() or (arr < 0).any():
         raise SimcommError(f"{name} must be finite and non-negative, got {value!r}")
     return arr
