@@ -85,9 +85,7 @@ class _Executor:
         g_src, g_dst, _ = self.flows(st)
         payload = st.nbytes if st.weight is None else st.nbytes * st.weight
         routes = st.routes if st.routes is not None else cluster.route_ids(g_src, g_dst)
-        lengths, starts, links = cluster.route_csr()
-        span = lengths[routes]  # each flow's links, laid end to end: flow f's k-th link is links[starts + k]
-        on = links[np.repeat(starts[routes] - np.cumsum(span) + span, span) + np.arange(int(span.sum()))]
+        on, span = cluster.links_crossed(routes)
         load = np.bincount(on, weights=np.repeat(payload, span), minlength=cluster.num_links)
         busy = float((load[on] / cluster.link_capacity[on]).max()) if len(on) else 0.0
         busiest = float(np.bincount(st.src, weights=payload).max())

@@ -233,10 +233,7 @@ class FlowNetwork:
 
     def _route_links(self, routes: np.ndarray) -> np.ndarray:
         """Every link id the given route ids cross (with repeats)."""
-        lengths, starts, links = self.cluster.route_csr()
-        lengths, starts = lengths[routes], starts[routes]
-        offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        return links[np.arange(int(lengths.sum())) + offsets]
+        return self.cluster.links_crossed(routes)[0]
 
     def _links_of(self, pattern: bytes, route: np.ndarray) -> np.ndarray:
         links = self._links_cache.get(pattern)
@@ -544,11 +541,8 @@ class FlowNetwork:
     # ---- link loads, for reports (only with a recorder that keeps them) -----------------------------------
     def _loads(self, route: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Bytes/s on every link of flows on routes `route` at `rate` each."""
-        lengths, starts, links = self.cluster.route_csr()
-        n = lengths[route]
-        offsets = np.repeat(starts[route] - (np.cumsum(n) - n), n)
-        return np.bincount(links[np.arange(int(n.sum())) + offsets], weights=np.repeat(rate, n),
-                           minlength=len(self.capacity))
+        on, n = self.cluster.links_crossed(route)
+        return np.bincount(on, weights=np.repeat(rate, n), minlength=len(self.capacity))
 
     def _note_loads(self) -> None:
         """Record the live flows' link loads from now on."""

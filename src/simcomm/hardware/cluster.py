@@ -203,6 +203,14 @@ class Cluster:
             self._csr = (lengths, np.cumsum(lengths) - lengths, links)
         return self._csr
 
+    def links_crossed(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(link ids, per route its link count): the links each of `routes` crosses, laid end to end in order
+        (repeats kept), so that np.repeat(x, counts) lines a per-route x up with them."""
+        lengths, starts, links = self.route_csr()
+        counts = lengths[routes]
+        offsets = np.repeat(starts[routes] - (np.cumsum(counts) - counts), counts)
+        return links[np.arange(int(counts.sum())) + offsets], counts
+
     def route_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Route ids for arrays of source and destination ranks (a sorted-key lookup; new pairs are routed)."""
         keys = np.asarray(src, dtype=np.int64) * self.num_ranks + np.asarray(dst, dtype=np.int64)
