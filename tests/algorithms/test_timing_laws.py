@@ -196,3 +196,19 @@ def test_tree_busbw_across_nodes_close_to_nccl_model():
     t = simulate(c, "all_reduce", 32, size // 4, "tree", "Simple")
     algbw = size / t
     assert algbw == pytest.approx(0.92 * min(c.intra_node[0], 8 * c.inter_node[0]) / 2, rel=0.15)
+
+
+@pytest.mark.parametrize("algorithm, want", [("ring", 4), ("tree", 2 * 15 / 16 * 4)])
+def test_channels_spread_over_nics_that_gpus_share(algorithm, want):
+    """aws-p4de: 4 EFA NICs of 12.2 GB/s for 8 GPUs, 4 channels. Each channel crosses through its own NIC (the
+    heads and ring hops stride by 2 GPUs), so the ring's busbw is the 4 NICs' sum (it used to be 2 NICs': channel c
+    crossed at GPUs c - 1 and c, which share NICs), and the tree's algbw the 4 NICs (each node sends the buffer
+    once and receives it once); the tuner's prediction sees the same NICs."""
+    c = build_cluster("aws-p4de", nodes=2)
+    size = 1 << 30
+    t = simulate(c, "all_reduce", 16, size // 4, algorithm, "Simple")
+    busbw = size / t * 2 * 15 / 16
+    assert busbw == pytest.approx(want * c.template.nic_bandwidth, rel=0.03)
+    from simcomm.algorithms import choose
+    choice = choose(c, Collective("all_reduce", np.arange(16), size // 4), algorithm=algorithm, protocol="Simple")
+    assert choice.predicted == pytest.approx(t, rel=0.05)

@@ -5,7 +5,7 @@ from simcomm.hardware import (PRESETS, Cluster, HardwareError, build_cluster, bu
 from simcomm.hardware.fabrics import fat_tree, rail_optimised, single_switch
 from simcomm.hardware.presets import cpu_host, hgx_h100
 
-RANKS = {"dgx-a100": 8, "hgx-h100": 8, "hgx-h200": 8, "pcie-4gpu": 4, "cpu-host": 4}
+RANKS = {"dgx-a100": 8, "hgx-h100": 8, "hgx-h200": 8, "aws-p5": 8, "aws-p4de": 8, "pcie-4gpu": 4, "cpu-host": 4}
 DESCRIBE_KEYS = {"name", "template", "description", "nodes", "ranks_per_node", "ranks", "device", "device_kind",
                  "memory_bandwidth", "memory_capacity", "compute_rate", "intra_node", "inter_node", "nvls", "links",
                  "sources"}
@@ -159,3 +159,18 @@ def test_templates_are_consistent():
         assert t.name == p.name and t.sources and t.nics
         assert all(v in t.vertices for v in ("nic0",))
     assert cpu_host(2).endpoints == ("cpu0", "cpu1")
+
+
+def test_aws_p4de_shares_one_efa_nic_between_the_two_gpus_of_a_pcie_switch():
+    c = build_cluster("aws-p4de", 2)
+    t = c.template
+    assert t.nics == ("nic0", "nic1", "nic2", "nic3") and t.endpoint_nic == (0, 0, 1, 1, 2, 2, 3, 3)
+    assert t.nic_bandwidth == pytest.approx(12.2e9) and not t.nvls
+    # GPU 5 leaves through nic2, on its own PCIe switch
+    names = [c.link_name(link) for link in c.route(5, 13)]
+    assert names[:3] == ["n0.gpu5->n0.pcie2", "n0.pcie2->n0.nic2", "n0.nic2->rail2.leaf0"]
+
+
+def test_aws_p5_has_a_400g_efa_rail_per_gpu_and_nvls():
+    t = build_cluster("aws-p5", 2).template
+    assert t.endpoint_nic == tuple(range(8)) and t.nic_bandwidth == pytest.approx(4 * 12.2e9) and t.nvls

@@ -46,8 +46,13 @@ class CostModel:
             self.node_net = used * port  # what one node's NIC ports can push out at once
             # each rank's share when all of a node's group ranks cross at once
             self.rank_net = min(self.path_bw, used * port / max(1, len(local)))
+            # the NIC each of a node's group ranks leaves through (its position in the node's group), and one
+            # NIC port's rate: for algorithms where only some ranks cross (a tree's channel heads)
+            self.local_nic = np.asarray(t.endpoint_nic)[local] if t.nics else np.arange(len(local))
+            self.nic_rate = min(self.path_bw, port)
         else:
-            self.path_bw = inter_lat = self.node_net = self.rank_net = 0.0
+            self.path_bw = inter_lat = self.node_net = self.rank_net = self.nic_rate = 0.0
+            self.local_nic = np.zeros(0, dtype=np.int64)
         self.intra_lat = proto.hop(self.intra_kind) + intra_lat  # one step inside a node
         self.inter_lat = proto.hop("net") + inter_lat  # one step across nodes
         self.fused = cluster.device.fused_reduction

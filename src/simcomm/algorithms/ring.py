@@ -37,8 +37,9 @@ def ring_orders(coll: Collective, channels: int | None = None) -> np.ndarray:
 
     Within a node any order is one NVSwitch hop. Across nodes each channel snakes through the nodes so that every
     inter-node hop joins the same local GPU on both sides (the same NIC rail), and channel c is rotated by c, so
-    the channels together use every rail once per direction. Groups that do not span whole nodes evenly get one
-    ring in rank order.
+    the channels together use every rail once per direction. Where GPUs share a NIC (fewer channels than GPUs per
+    node), the rotation strides by GPUs per channel, so each channel leaves and enters through its own NIC (as NCCL
+    spreads its rings over the NICs). Groups that do not span whole nodes evenly get one ring in rank order.
     """
     n = coll.n
     rpn = coll.placement.ranks_per_node
@@ -53,9 +54,10 @@ def ring_orders(coll: Collective, channels: int | None = None) -> np.ndarray:
     channels = channels or coll.placement.channels or k
     orders = np.empty((channels, n), dtype=np.int64)
     local = np.arange(k)
+    stride = max(1, k // channels)
     for c in range(channels):
-        forward = (c + local) % k
-        backward = (c - 1 - local) % k
+        forward = (c * stride + local) % k
+        backward = (c * stride - 1 - local) % k
         for j, base in enumerate(starts):
             orders[c, j * k:(j + 1) * k] = base + (forward if j % 2 == 0 else backward)
     return orders

@@ -74,18 +74,26 @@ def tree_channels(coll: Collective, nodes: int, per_node: int) -> int:
     return max(1, min(channels, -(-coll.count * coll.itemsize // (2 * MIN_CHANNEL_BYTES))))
 
 
+def head_stride(coll: Collective, nodes: int, per_node: int) -> int:
+    """Channel c's head (the rank of a node that talks across nodes) is its local rank c x this stride: with fewer
+    NICs than ranks per node (GPUs sharing a NIC), the heads spread over the NICs, as NCCL spreads its channels."""
+    return max(1, per_node // max(1, coll.placement.channels)) if nodes > 1 else 1
+
+
 def double_tree_parents(coll: Collective) -> list[np.ndarray]:
     """Parent arrays (over group ranks) of the tree instances NCCL's all-reduce uses: 2 trees x channels."""
     members = node_members(coll)
     nn = len(members)
-    channels = tree_channels(coll, nn, min(len(m) for m in members))
+    per_node = min(len(m) for m in members)
+    channels = tree_channels(coll, nn, per_node)
+    stride = head_stride(coll, nn, per_node)
     out = []
     for node_parent in dtree_parents(nn):
         for c in range(channels):
             parent = np.full(coll.n, -1, dtype=np.int64)
-            heads = np.array([m[c % len(m)] for m in members])
+            heads = np.array([m[c * stride % len(m)] for m in members])
             for k, m in enumerate(members):
-                chain = np.roll(m, -c)  # the chain starts at this channel's head
+                chain = np.roll(m, -c * stride)  # the chain starts at this channel's head
                 parent[chain[1:]] = chain[:-1]
                 if node_parent[k] >= 0:
                     parent[chain[0]] = heads[node_parent[k]]
@@ -151,21 +159,23 @@ def _node_shapes(nodes: int) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, in
     return tuple(int(d.max()) for d, _ in shapes), tuple(sorted(pairs))
 
 
-def _stage_times(m: CostModel, channels: int, slices: int, slice_bytes: float) -> np.ndarray:
+def _stage_times(m: CostModel, channels: int, slices: int, slice_bytes: float, stride: int = 1) -> np.ndarray:
     """Seconds each lockstep stage of the double tree all-reduce takes: its busiest link's slices (a rank's
-    NVLink sends, a head rank's NIC sends) over the link's bandwidth.
+    NVLink sends, a NIC's sends for the heads that leave through it) over the link's bandwidth.
 
-    In tree t, channel j, local rank q sits at position p = (q - j) mod ppn of its node's chain, so at depth
-    d + p for a node at depth d: it sends up (p >= 1) from stage D - d - p and down (p <= ppn - 2) from D + d + p,
-    each for `slices` stages; the chain's head (q = j) sends across to the parent node from D - d and to each
-    child node from D + d. Nodes alike in both trees load their links alike, so one of each kind is counted.
-    Under LL's cap a stage lasts at least its busiest rank's slices (NVLink and NIC sends together) at the cap."""
+    In tree t, channel j, local rank q sits at position p = (q - h) mod ppn of its node's chain (h = j x stride,
+    the head), so at depth d + p for a node at depth d: it sends up (p >= 1) from stage D - d - p and down
+    (p <= ppn - 2) from D + d + p, each for `slices` stages; the head sends across to the parent node from D - d
+    and to each child node from D + d. Nodes alike in both trees load their links alike, so one of each kind is
+    counted. Under LL's cap a stage lasts at least its busiest rank's slices (NVLink and NIC sends together) at
+    the cap."""
     ppn = m.ppn
     tree_depths, kinds = _node_shapes(m.nodes)
     deepest = [d + ppn - 1 for d in tree_depths]
     length = 2 * max(deepest) + slices
     q, j = np.arange(ppn), np.arange(channels)
-    pos = (q[None, :] - j[:, None]) % ppn
+    head = j * stride % ppn
+    pos = (q[None, :] - head[:, None]) % ppn
     rank = np.broadcast_to(q, pos.shape)
     worst = np.zeros(length)
     for kind in kinds:
@@ -176,10 +186,16 @@ def _stage_times(m: CostModel, channels: int, slices: int, slice_bytes: float) -
                 np.add.at(nvlink, (rank[sends], start[sends] + slices), -1.0)
             for count, start in ((d >= 1, top - d), (kids, top + d)):
                 if count:
-                    np.add.at(nic, (j % ppn, start), float(count))
-                    np.add.at(nic, (j % ppn, start + slices), -float(count))
-        busy = np.maximum(np.cumsum(nvlink, axis=1).max(axis=0) / m.proto_bw(m.intra_bw),
-                          np.cumsum(nic, axis=1).max(axis=0) / m.proto_bw(m.rank_net) if m.nodes > 1 else 0.0)
+                    np.add.at(nic, (head, start), float(count))
+                    np.add.at(nic, (head, start + slices), -float(count))
+        busy = np.cumsum(nvlink, axis=1).max(axis=0) / m.proto_bw(m.intra_bw)
+        if m.nodes > 1:
+            # uneven groups (costed as if every node had the most ranks): each rank its share of the node's NICs
+            even = len(m.local_nic) == ppn
+            nic_of, rate = (m.local_nic, m.nic_rate) if even else (np.arange(ppn), m.rank_net)
+            per_nic = np.zeros((int(nic_of.max()) + 1, length))
+            np.add.at(per_nic, nic_of, np.cumsum(nic, axis=1))
+            busy = np.maximum(busy, per_nic.max(axis=0) / m.proto_bw(rate))
         sends = np.cumsum(nvlink + nic, axis=1).max(axis=0) * slice_bytes
         worst = np.maximum(worst, m.capped(busy * slice_bytes, sends))
     return worst[:2 * max(deepest) + slices - 1]
@@ -201,7 +217,7 @@ def _predict_all_reduce(m: CostModel, coll: Collective) -> float:
     channels = tree_channels(coll, m.nodes, members)
     seg = -(-coll.count // (2 * channels))
     slices = choose_slices(seg * coll.itemsize)
-    times = _stage_times(m, channels, slices, -(-seg // slices) * coll.itemsize)
+    times = _stage_times(m, channels, slices, -(-seg // slices) * coll.itemsize, head_stride(coll, m.nodes, members))
     node_depth = max(_node_shapes(m.nodes)[0])
     lat = np.array([m.intra_lat] * (members - 1) + [m.inter_lat] * (2 * node_depth) + [m.intra_lat] * (members - 1))
     t = m.proto.base_latency + pipelined_end(times, times[slices - 1:slices - 1 + len(lat)] + lat, slices)

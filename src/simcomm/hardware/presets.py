@@ -26,6 +26,10 @@ PCIE_GEN4, PCIE_GEN5 = 24e9, 48e9
 # NDR 400 Gb/s: 50 GB/s line, 46-48 achieved (NCCL maintainers).
 HDR_NIC, NDR_NIC = 24e9, 48e9
 NIC_100G = 12.2e9  # 100 Gb/s NIC, ~12.2 GB/s achieved (NCCL maintainers)
+# AWS EFA: p5.48xlarge has 32 EFA devices of 100 Gb/s (4 per GPU: one 400 Gb/s rail per GPU), p4de.24xlarge 4 (one
+# per PCIe switch, shared by its 2 GPUs). Bandwidth as a 100 Gb/s NIC's; EFA's latency is the fabric's own and is
+# fitted (calibration/fit_presets.py), not this per-hop estimate.
+EFA_P5_RAIL, EFA_P4DE_NIC = 4 * NIC_100G, NIC_100G
 # Inter-socket fabric (AMD xGMI / Intel UPI): rough estimate, only crossed by traffic that cannot avoid it.
 INTER_SOCKET_BW = 38.4e9
 # Hardware latencies per hop: estimates, not measurements.
@@ -60,9 +64,10 @@ FITTED_TUNING = {
 
 
 def _sxm_node(name: str, gpu: DeviceSpec, links_per_gpu: int, per_link: float, pcie: float, nic: float,
-              nvls: bool, text: str, nic_text: str) -> NodeTemplate:
-    """8 SXM GPUs on one NVSwitch crossbar; 4 PCIe switches with 2 GPUs + 2 NICs each; two sockets."""
-    gpus, nics = [f"gpu{i}" for i in range(8)], [f"nic{i}" for i in range(8)]
+              nvls: bool, text: str, nic_text: str, nics_per_switch: int = 2) -> NodeTemplate:
+    """8 SXM GPUs on one NVSwitch crossbar; 4 PCIe switches with 2 GPUs + `nics_per_switch` NICs each (one NIC
+    per GPU, or one shared by the switch's two GPUs); two sockets."""
+    gpus, nics = [f"gpu{i}" for i in range(8)], [f"nic{i}" for i in range(4 * nics_per_switch)]
     vertices = {g: "gpu" for g in gpus} | {"nvswitch": "nvswitch"}
     vertices |= {f"pcie{k}": "pcie_switch" for k in range(4)}
     vertices |= {"cpu_root0": "host_bridge", "cpu_root1": "host_bridge"}
@@ -72,13 +77,16 @@ def _sxm_node(name: str, gpu: DeviceSpec, links_per_gpu: int, per_link: float, p
     for k in range(4):
         for i in (2 * k, 2 * k + 1):
             links += duplex(gpus[i], f"pcie{k}", pcie, PCIE_LAT, "pcie")
+        for i in range(nics_per_switch * k, nics_per_switch * (k + 1)):
             links += duplex(nics[i], f"pcie{k}", pcie, PCIE_LAT, "pcie")
         links += duplex(f"pcie{k}", f"cpu_root{k // 2}", pcie, HOST_BRIDGE_LAT, "pcie")
     links += duplex("cpu_root0", "cpu_root1", INTER_SOCKET_BW, HOST_BRIDGE_LAT, "inter_socket")
     description = (f"{text}; the NVSwitch chips are modelled as one non-blocking crossbar \"nvswitch\" with one "
                    f"aggregate {links_per_gpu} x {per_link / 1e9:g} GB/s link per GPU and direction (NCCL stripes "
-                   f"over all chips); {nic_text}, one per GPU (rail i); 4 PCIe switches with 2 GPUs + 2 NICs each")
-    return NodeTemplate(name, description, gpu, vertices, tuple(gpus), tuple(links), tuple(nics), tuple(range(8)),
+                   f"over all chips); {nic_text}; 4 PCIe switches with 2 GPUs + {nics_per_switch} NIC"
+                   f"{'s' if nics_per_switch > 1 else ''} each")
+    endpoint_nic = tuple(i * nics_per_switch // 2 for i in range(8))
+    return NodeTemplate(name, description, gpu, vertices, tuple(gpus), tuple(links), tuple(nics), endpoint_nic,
                         nic, NIC_LAT, nvls, (_NCCL, _REF, "latencies: estimates"), FITTED_TUNING.get(name, Tuning()))
 
 
@@ -86,18 +94,34 @@ def dgx_a100() -> NodeTemplate:
     return _sxm_node("dgx-a100", A100_SXM, 12, NVLINK_LINK_SM80, PCIE_GEN4, HDR_NIC, False,
                      "DGX A100: 8x A100 SXM4 80GB, NVLink3 12 links/GPU (600 GB/s bidirectional line rate), "
                      "6 NVSwitches, no NVLink SHARP, PCIe Gen4",
-                     "8x HDR 200 Gb/s NICs (25 GB/s line, 24 effective)")
+                     "8x HDR 200 Gb/s NICs (25 GB/s line, 24 effective), one per GPU (rail i)")
 
 
 def hgx_h100(gpu: DeviceSpec = H100_SXM, label: str = "hgx-h100") -> NodeTemplate:
     return _sxm_node(label, gpu, 18, NVLINK_LINK_SM90, PCIE_GEN5, NDR_NIC, True,
                      f"HGX {gpu.name.split('-')[0]}: 8x {gpu.name}, NVLink4 18 links/GPU (900 GB/s bidirectional, "
                      "450 per direction line rate), 4 NVSwitches with NVLink SHARP, PCIe Gen5",
-                     "8x NDR 400 Gb/s NICs (50 GB/s line, 48 effective)")
+                     "8x NDR 400 Gb/s NICs (50 GB/s line, 48 effective), one per GPU (rail i)")
 
 
 def hgx_h200() -> NodeTemplate:
     return hgx_h100(H200_SXM, "hgx-h200")
+
+
+def aws_p5() -> NodeTemplate:
+    return _sxm_node("aws-p5", H100_SXM, 18, NVLINK_LINK_SM90, PCIE_GEN5, EFA_P5_RAIL, True,
+                     "AWS p5.48xlarge: 8x H100-SXM5-80GB, NVLink4 18 links/GPU (450 GB/s per direction line rate), "
+                     "4 NVSwitches with NVLink SHARP, PCIe Gen5",
+                     "32x EFA 100 Gb/s (3200 Gb/s per node), 4 per GPU, modelled as one 4 x 12.2 GB/s NIC per "
+                     "GPU (rail i)")
+
+
+def aws_p4de() -> NodeTemplate:
+    return _sxm_node("aws-p4de", A100_SXM, 12, NVLINK_LINK_SM80, PCIE_GEN4, EFA_P4DE_NIC, False,
+                     "AWS p4de.24xlarge: 8x A100-SXM4-80GB, NVLink3 12 links/GPU (300 GB/s per direction line "
+                     "rate), 6 NVSwitches, no NVLink SHARP, PCIe Gen4",
+                     "4x EFA 100 Gb/s (12.5 GB/s line, 12.2 effective), one per PCIe switch, shared by its 2 GPUs",
+                     nics_per_switch=1)
 
 
 def pcie_4gpu() -> NodeTemplate:
@@ -159,6 +183,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("dgx-a100", "8x A100 SXM4 80GB, NVSwitch, 8x HDR 200G", dgx_a100, "rail-optimised"),
     Preset("hgx-h100", "8x H100 SXM5 80GB, NVSwitch + NVLS, 8x NDR 400G", hgx_h100, "rail-optimised"),
     Preset("hgx-h200", "8x H200 SXM 141GB, NVSwitch + NVLS, 8x NDR 400G", hgx_h200, "rail-optimised"),
+    Preset("aws-p5", "AWS p5.48xlarge: 8x H100 SXM5, NVSwitch + NVLS, 32x EFA 100G", aws_p5, "rail-optimised"),
+    Preset("aws-p4de", "AWS p4de.24xlarge: 8x A100 SXM4 80GB, NVSwitch, 4x EFA 100G", aws_p4de, "rail-optimised"),
     Preset("pcie-4gpu", "4x GPU on PCIe Gen4, no NVLink, 2x 200G", pcie_4gpu, "fat-tree"),
     Preset("cpu-host", "CPU processes over TCP loopback (gloo), 1x 100G", cpu_host, "fat-tree",
            (("ranks_per_node", 4), ("host_bandwidth", None))),
