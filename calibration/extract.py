@@ -10,9 +10,8 @@ stated time. systems.yaml says which preset, nodes, ranks and algorithm each log
 the data source; nothing is interpolated.
 
 Left out (not in SWEEPS/BUSBW/POINTS): sections 9 and 14 (IB SHARP / CollNet, which simcomm does not model),
-12 (GCP GPUDirect-TCPX/TCPXO: a TCP offload stack, not an RDMA NIC), 8 and 15 (p4de with 4x 100G EFA, and 4 GPUs
-with 4x 200G per node: NIC figures that differ from the presets', which `simcomm compare --cluster PRESET` cannot
-express), 16 (two PCIe A100s on different sockets: no preset has that layout), and the peak-only tables 4, 5(a)
+12 (GCP GPUDirect-TCPX/TCPXO: a TCP offload stack, not an RDMA NIC), 15 (4 GPUs with 4x 200G per node: no preset
+has that layout; section 8's p4de has one, aws-p4de), 16 (two PCIe A100s on different sockets: no preset has that layout), and the peak-only tables 4, 5(a)
 (4-8 of a node's GPUs) and 5(d) (4 EFA nodes, NCCL's algorithm chosen by AWS's tuner plugin).
 """
 from __future__ import annotations

@@ -65,11 +65,14 @@ def test_cluster_for_needs_the_rank_count():
         cluster_for("hgx-h100", None, None)
 
 
-def test_a_multi_node_log_also_fits_the_nics_latency(tmp_path, capsys):
+def test_a_multi_node_log_also_fits_the_fabric(tmp_path, capsys):
+    """Across nodes the NICs' latency and the network's efficiency ("net") are fitted too."""
     prof = tmp_path / "two.yaml"
     code, out, err = run(capsys, "calibrate", "--from-log", str(LOGS / "wrong_na.log"), "--cluster", "hgx-h100",
                          "--collective", "all_gather", "--nodes", "2", "--out", str(prof))
     assert code == 0, err
     assert "all_gather, 16 ranks on 2 node(s)" in out and "nic_latency=" in out and "step_overhead=" in out
+    assert "efficiency.net=" in out
     p = load_profile(prof)
-    assert set(p.overrides) == {"nic_latency"} and 1e-7 <= p.overrides["nic_latency"] <= 3e-5
+    assert set(p.overrides) == {"nic_latency"} and 1e-7 <= p.overrides["nic_latency"] <= 1e-4
+    assert 0.3 <= dict(p.tuning.efficiency)["net"] <= 1.5

@@ -66,13 +66,15 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
 
     CPU ranks (gloo over TCP) have no NCCL protocols: they get a plain protocol with no added latency.
     `tuning` (the cluster's hardware.Tuning) adds its launch and per-step overheads and scales the bandwidth by its
-    efficiency for the family, the protocol and the collective `kind`; without it NCCL's tuner figures stand.
+    efficiency for the family, the protocol and the collective `kind`, and for a group spanning nodes by its "net"
+    efficiency; without it NCCL's tuner figures stand.
     LL on a GPU NCCL's table knows (`device_name`) is capped at llMaxBw for a group spanning `nodes` nodes.
     """
     launch = tuning.launch_overhead if tuning is not None else 0.0
     step = tuning.step_overhead_for(ranks) if tuning is not None else 0.0
+    across = tuning.factor("net") if tuning is not None and nodes > 1 else 1.0  # the network transport's efficiency
     if device_kind == "cpu":
-        factor = tuning.factor(family, kind) if tuning is not None else 1.0
+        factor = (tuning.factor(family, kind) if tuning is not None else 1.0) * across
         hops = {k: step for k in ("nvlink", "pcie", "net", "loopback")} if step else {}
         return Protocol("TCP", factor, hops, launch)
     if name not in PROTOCOLS:
@@ -81,7 +83,7 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
     base = _BASE["tree" if family == "tree" else "ring"][name]
     if family == "nvls":
         nv, pci, net, base = 25.0, 25.0, 18.0, 0.0  # NVLS Simple: NVLink 25, NET 18; base 0
-    factor = tuning.factor(family, name, kind) if tuning is not None else 1.0
+    factor = (tuning.factor(family, name, kind) if tuning is not None else 1.0) * across
     return Protocol(name, _EFFICIENCY[name] * factor,
                     {"nvlink": nv * _US + step, "pcie": pci * _US + step, "net": net * _US + step,
                      "loopback": pci * _US + step}, base * _US + launch,

@@ -149,8 +149,8 @@ def add_parser(sub) -> None:
                                    "memory bandwidth, launch and per-step overheads, all_gather efficiency) on "
                                    "2 and 4 ranks at every other size, and reports the error on the held-back points "
                                    "before and after. With --from-log, fits a preset's launch and per-step "
-                                   "overheads, efficiencies and (for logs across nodes) NIC latency to nccl-tests "
-                                   "logs instead.")
+                                   "overheads, efficiencies and (for logs across nodes) NIC latency and network "
+                                   "efficiency to nccl-tests logs instead.")
     c.add_argument("--out", help="write the fitted profile here (YAML or .json); use it as --cluster FILE")
     c.add_argument("--sizes", help="comma-separated sizes (default 4K,16K,...,64M)")
     c.add_argument("--ranks", help="world sizes to measure (default 2,3,4); with --from-log, the measured run's "

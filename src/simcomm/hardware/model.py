@@ -80,7 +80,8 @@ class Tuning:
     launch_overhead: seconds added once per collective (kernel launch, the library's setup), on top of the
         protocol's base latency. step_overhead: seconds added to every step's hop latency.
     efficiency: multipliers of the bandwidth a collective gets, by algorithm family ("ring", "tree", "nvls"),
-        protocol ("LL", "LL128", "Simple") or collective ("all_gather", ...); they multiply; 1.0 where absent.
+        protocol ("LL", "LL128", "Simple"), collective ("all_gather", ...) or "net" (groups that span nodes:
+        what the network transport achieves); they multiply; 1.0 where absent.
     sources: where the figures come from (a fit, a table, a profile file).
     cores: for CPU ranks (gloo), the host's cores; a step's overhead grows as ranks / cores beyond them.
     """

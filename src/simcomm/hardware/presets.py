@@ -52,14 +52,21 @@ _NCCL = "NCCL src/graph/tuning.cc: NVLink 20.0 (SM80) / 20.6 (SM90) GB/s per lin
 
 
 # Software figures fitted to public nccl-tests tables: calibration/fit_presets.py fits launch and per-step overheads
-# and bandwidth efficiencies (by algorithm family and protocol) to calibration/systems.yaml's measured sweeps, writes
-# calibration/fitted.yaml and (--write-presets) this block; tests/test_calibration.py keeps the two equal.
+# and bandwidth efficiencies (by algorithm family and protocol, "net" across nodes) and, for EFA, the NICs' latency
+# to calibration/systems.yaml's measured sweeps, writes calibration/fitted.yaml and (--write-presets) this block;
+# tests/test_calibration.py keeps the two equal.
 # See docs/validation.md.
 _FITTED_BY = "calibration/fit_presets.py (public nccl-tests tables, calibration/systems.yaml)"
 FITTED_TUNING = {
-    "dgx-a100": Tuning(1.9579e-05, 1.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("ring", 0.9579), ("tree", 0.7278),), (_FITTED_BY,)),
-    "hgx-h100": Tuning(1.3323e-05, 1.2e-09, (("LL", 0.7037), ("LL128", 1.0768), ("nvls", 0.7595), ("ring", 0.9579), ("tree", 0.309),), (_FITTED_BY,)),
-    "hgx-h200": Tuning(5.633e-06, 1.2e-09, (("LL", 1.0), ("LL128", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 1.0),), (_FITTED_BY,)),
+    "aws-p4de": Tuning(1.9579e-05, 1.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("net", 1.0989), ("ring", 0.9579), ("tree", 0.7412),), (_FITTED_BY,)),
+    "aws-p5": Tuning(1.2166e-05, 1.2e-09, (("LL", 0.8082), ("LL128", 1.0768), ("net", 0.9386), ("nvls", 0.7887), ("ring", 0.9579), ("tree", 0.7067),), (_FITTED_BY,)),
+    "dgx-a100": Tuning(1.9579e-05, 1.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("net", 0.9843), ("ring", 0.9579), ("tree", 0.7412),), (_FITTED_BY,)),
+    "hgx-h100": Tuning(1.2166e-05, 1.2e-09, (("LL", 0.8082), ("LL128", 1.0768), ("net", 0.8709), ("nvls", 0.7887), ("ring", 0.9579), ("tree", 0.7067),), (_FITTED_BY,)),
+    "hgx-h200": Tuning(5.633e-06, 1.2e-09, (("LL", 1.0), ("LL128", 1.0), ("net", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 1.0),), (_FITTED_BY,)),
+}
+FITTED_NIC_LATENCY = {
+    "aws-p4de": 7.139e-05,
+    "aws-p5": 1.391e-05,
 }
 
 
@@ -87,7 +94,8 @@ def _sxm_node(name: str, gpu: DeviceSpec, links_per_gpu: int, per_link: float, p
                    f"{'s' if nics_per_switch > 1 else ''} each")
     endpoint_nic = tuple(i * nics_per_switch // 2 for i in range(8))
     return NodeTemplate(name, description, gpu, vertices, tuple(gpus), tuple(links), tuple(nics), endpoint_nic,
-                        nic, NIC_LAT, nvls, (_NCCL, _REF, "latencies: estimates"), FITTED_TUNING.get(name, Tuning()))
+                        nic, FITTED_NIC_LATENCY.get(name, NIC_LAT), nvls, (_NCCL, _REF, "latencies: estimates"),
+                        FITTED_TUNING.get(name, Tuning()))
 
 
 def dgx_a100() -> NodeTemplate:

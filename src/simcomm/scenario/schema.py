@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAt
 
 from ..fields import (MAX_NODES, MAX_RANKS, PLOTS, PROTOCOL_NAMES, Base, FlopRate, Protocol, Rate, Size, Time,
                       described)
+from ..hardware import list_presets
 from ..vocab import COLL_ALIASES, COLLECTIVES, did_you_mean
 from ..vocab import choice as _choice
 from ..workloads import WORKLOADS
@@ -57,7 +58,7 @@ class FabricOptions(Base):
 class PresetCluster(Base):
     """A named machine (see `simcomm presets`), copied `nodes` times and joined by a fabric."""
 
-    preset: str = described(doc="preset name: " + "|".join(("dgx-a100", "hgx-h100", "hgx-h200", "pcie-4gpu", "cpu-host"))
+    preset: str = described(doc="preset name: " + "|".join(list_presets())
                             + ", or a calibration profile file (.yaml/.json) written by simcomm calibrate")
     nodes: int = described(1, "number of nodes", ge=1, le=MAX_NODES)
     fabric: str | None = described(None, "rail-optimised | fat-tree | switch (default: the preset's)")

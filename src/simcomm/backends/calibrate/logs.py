@@ -68,8 +68,9 @@ def calibrate_logs(obs: list[Observation], preset: str, out: str | None = None, 
     free = [Free("tuning.launch_overhead", 1e-7, 2e-4, default.tuning.launch_overhead or 5e-6),
             Free("tuning.step_overhead", 1e-9, 2e-5, default.tuning.step_overhead or 1e-7)]
     free += [Free(f"tuning.efficiency.{f}", 0.3, 1.5, eff.get(f, 1.0)) for f in families(base, train)]
-    if any(o.nodes > 1 for o in train) and default.nics:
-        free.append(Free("overrides.nic_latency", 1e-7, 3e-5, default.nic_latency or 1e-6))
+    if any(o.nodes > 1 for o in train) and default.nics:  # the fabric: its latency and what its transport achieves
+        free += [Free("overrides.nic_latency", 1e-7, 1e-4, default.nic_latency or 1e-6),
+                 Free("tuning.efficiency.net", 0.3, 1.5, eff.get("net", 1.0))]
     space = Space(preset, tuning=default.tuning, free=free)
     values = fit(space, train, progress=progress)
     fitted = space.with_values(values)
