@@ -259,3 +259,20 @@ def test_init_process_group_checks_its_arguments():
         return True
 
     assert all(spawn(fn).results)
+
+
+def test_a_3d_device_mesh_and_its_sub_meshes():
+    """init_device_mesh((2, 2, 2)): one group per slice along each dimension; mesh["dp", "tp"] keeps this rank's
+    cp coordinate and the parent's groups, in the order named."""
+    def fn(rank):
+        mesh = dist.init_device_mesh("cuda", (2, 2, 2), mesh_dim_names=("dp", "cp", "tp"))
+        sub = mesh["tp", "dp"]
+        x = np.full(1, float(rank))
+        dist.all_reduce(x, group=mesh.get_group("cp"))
+        return (mesh.get_coordinate(), [mesh.get_group(d).ranks for d in range(3)], sub.mesh.tolist(),
+                sub.get_coordinate(), sub.get_group("dp") is mesh.get_group("dp"), sub.size(), x[0])
+
+    out = spawn(fn, nprocs=8).results
+    assert out[5][0] == (1, 0, 1) and out[5][1] == [(1, 5), (5, 7), (4, 5)]
+    assert out[5][2] == [[0, 4], [1, 5]] and out[5][3] == (1, 1) and out[5][4] and out[5][5] == 4
+    assert [o[6] for o in out] == [2.0, 4.0, 2.0, 4.0, 10.0, 12.0, 10.0, 12.0]

@@ -1,5 +1,5 @@
-"""DeviceMesh and init_device_mesh for 1-D and 2-D meshes: the ranks laid out in a grid, one process group per
-row and column (torch.distributed.device_mesh's behaviour for the simulated world)."""
+"""DeviceMesh and init_device_mesh: the ranks laid out in an n-D grid, one process group per slice along each
+dimension (torch.distributed.device_mesh's behaviour for the simulated world)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +15,8 @@ class DeviceMesh:
     def __init__(self, device_type: str, mesh=None, *, mesh_dim_names=None, backend_override=None,
                  _init_backend=True, _rank=None, _layout=None, _rank_map=None, _root_mesh=None):
         grid = np.asarray(mesh if not hasattr(mesh, "numpy") else mesh.numpy())
-        if grid.ndim not in (1, 2) or grid.size == 0 or grid.dtype.kind not in "iu":
-            raise DistError(f"DeviceMesh: simcomm builds 1-D and 2-D meshes of integer ranks, got {mesh!r}")
+        if grid.ndim < 1 or grid.size == 0 or grid.dtype.kind not in "iu":
+            raise DistError(f"DeviceMesh: the mesh must be an n-D array of integer ranks, got {mesh!r}")
         ranks = sorted(grid.reshape(-1).tolist())
         if ranks != list(range(get_world_size())):
             raise DistError(f"DeviceMesh: the mesh must hold every rank 0..{get_world_size() - 1} once, got "
@@ -44,7 +44,7 @@ class DeviceMesh:
     def _dim(self, mesh_dim) -> int:
         if mesh_dim is None:
             if self.ndim != 1:
-                raise DistError("Found the DeviceMesh have 2 dimensions; pass mesh_dim to choose one")
+                raise DistError(f"Found the DeviceMesh have {self.ndim} dimensions; pass mesh_dim to choose one")
             return 0
         if isinstance(mesh_dim, str):
             if not self.mesh_dim_names or mesh_dim not in self.mesh_dim_names:
@@ -73,34 +73,34 @@ class DeviceMesh:
     def get_coordinate(self) -> tuple[int, ...]:
         return self._coordinate
 
-    def __getitem__(self, name: str) -> "_SubMesh":
-        return _SubMesh(self, self._dim(name))
+    def __getitem__(self, names) -> "_SubMesh":
+        """mesh["tp"] or mesh["dp", "tp"]: this rank's slice of the named dimensions, in the order given."""
+        names = (names,) if isinstance(names, str) else tuple(names)
+        dims = [self._dim(n) for n in names]
+        if len(set(dims)) != len(dims):
+            raise DistError(f"DeviceMesh: {names} names a dimension twice")
+        return _SubMesh(self, tuple(dims))
 
     def __repr__(self) -> str:
         names = f", mesh_dim_names={self.mesh_dim_names}" if self.mesh_dim_names else ""
         return f"DeviceMesh('{self.device_type}', {self.mesh.tolist()}{names})"
 
 
-class _SubMesh:
-    """mesh["dp"]: one dimension of a mesh, seen as a 1-D mesh."""
+class _SubMesh(DeviceMesh):
+    """Some dimensions of a mesh, as the mesh that holds this rank: its groups are the parent's along them."""
 
-    def __init__(self, parent: DeviceMesh, dim: int):
-        self._parent, self._dim = parent, dim
-        self.device_type, self.ndim = parent.device_type, 1
-        self.mesh_dim_names = (parent.mesh_dim_names[dim],) if parent.mesh_dim_names else None
-
-    def get_group(self, mesh_dim=None):
-        return self._parent.get_group(self._dim)
-
-    def size(self, mesh_dim=None) -> int:
-        return self._parent.size(self._dim)
-
-    def get_local_rank(self, mesh_dim=None) -> int:
-        return self._parent.get_local_rank(self._dim)
+    def __init__(self, parent: DeviceMesh, dims: tuple[int, ...]):  # noqa: super().__init__ would make new groups
+        index = tuple(slice(None) if d in dims else c for d, c in enumerate(parent.get_coordinate()))
+        kept = [d for d in range(parent.ndim) if d in dims]  # the dimensions left by the index, in the mesh's order
+        self.device_type = parent.device_type
+        self.mesh = np.transpose(parent.mesh[index], [kept.index(d) for d in dims])
+        self.mesh_dim_names = tuple(parent.mesh_dim_names[d] for d in dims) if parent.mesh_dim_names else None
+        self._coordinate = tuple(parent.get_coordinate()[d] for d in dims)
+        self._groups = [parent.get_group(d) for d in dims]
 
 
 def init_device_mesh(device_type: str, mesh_shape, *, mesh_dim_names=None, backend_override=None) -> DeviceMesh:
-    """A DeviceMesh of the world's ranks in row-major order with the given 1-D or 2-D shape."""
+    """A DeviceMesh of the world's ranks in row-major order with the given shape."""
     shape = tuple(as_rank(s, "mesh_shape") for s in mesh_shape)
     n = get_world_size()
     if int(np.prod(shape)) != n:

@@ -55,6 +55,7 @@ def simulated_lines(capsys, script, args=(), nproc=None, cluster="cpu-host", **k
     ("ddp_torchrun.py", ("--steps", "2"), 3, "cpu-host"),  # DistributedDataParallel, several buckets
     ("ddp_torchrun.py", ("--steps", "2", "--find-unused"), 2, "cpu-host"),  # and its unused-parameter search
     ("ddp_torchrun.py", ("--steps", "2", "--comm-hook", "fp16"), 2, "cpu-host"),  # a communication hook
+    ("device_mesh_torchrun.py", (), 8, "hgx-h100"),  # a 3-D DeviceMesh's groups and a sub-mesh
 ])
 def test_same_output_as_real(capsys, script, args, nproc, cluster):
     sim = simulated_lines(capsys, script, args, nproc, cluster)

@@ -10,7 +10,7 @@ import torch.distributed as tdist
 
 from simcomm.backends.launch import launch
 from simcomm.backends.placement import torchrun_cluster
-from simcomm.errors import DeadlockError, RankFailed
+from simcomm.errors import DeadlockError, DistError, RankFailed
 
 
 def script(tmp_path, body: str, name="prog.py"):
@@ -42,7 +42,9 @@ def test_everything_is_restored_afterwards(tmp_path):
         return (os.environ, time.sleep, time.time, tdist.all_reduce, tdist.init_process_group, torch.device,
                 torch.cuda.is_available, sys.modules["__main__"], list(sys.argv), list(sys.path),
                 tdist.distributed_c10d._get_default_group, torch.nn.parallel.distributed._get_default_group,
-                torch.nn.parallel.DistributedDataParallel.__init__, torch.get_num_threads())
+                torch.nn.parallel.DistributedDataParallel.__init__, torch.get_num_threads(),
+                tdist.distributed_c10d.init_process_group, tdist.device_mesh.init_device_mesh,
+                tdist.device_mesh.DeviceMesh, tdist.init_device_mesh, tdist.DeviceMesh)
     before = state()
     run(tmp_path, "dist.init_process_group('gloo')\ndist.all_reduce(torch.ones(2))\n", cluster="cpu-host")
     after = state()
@@ -245,3 +247,30 @@ def test_work_get_future_is_a_torch_future(tmp_path, capsys):
         print(isinstance(fut, Future), fut.wait()[0].tolist(), doubled.wait().tolist())
     """, nproc=2, cluster="cpu-host")
     assert capsys.readouterr().out.splitlines() == ["True [3.0, 3.0] [6.0, 6.0]"] * 2
+
+
+def test_device_mesh_groups_are_simcomms(tmp_path, capsys):
+    """init_device_mesh and DeviceMesh(...) in a rank build simcomm's mesh (torch's would start a real rendezvous
+    and wait forever); its groups serve every collective."""
+    result = run(tmp_path, """
+        from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+        dist.init_process_group("nccl")
+        mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))
+        same = DeviceMesh("cuda", torch.arange(4).reshape(2, 2))
+        x = torch.ones(1).cuda() * (dist.get_rank() + 1)
+        dist.all_reduce(x, group=mesh["tp"].get_group())
+        print(dist.get_rank(), mesh.get_coordinate(), x.item(), dist.get_process_group_ranks(same.get_group(0)))
+    """, nproc=4)
+    lines = sorted(capsys.readouterr().out.splitlines())
+    assert lines == ["0 (0, 0) 3.0 [0, 2]", "1 (0, 1) 3.0 [1, 3]", "2 (1, 0) 7.0 [0, 2]", "3 (1, 1) 7.0 [1, 3]"]
+    assert result.ok
+
+
+def test_torchs_own_process_groups_stop_with_a_clear_error(tmp_path):
+    """FSDP2 (fully_shard) sets up torch's C++ process groups itself: refused at once, never a hang."""
+    with pytest.raises(DistError, match=r"rank 0: torch's own process-group setup .* \(DTensor and FSDP2 do\)"):
+        run(tmp_path, """
+            from torch.distributed.fsdp import fully_shard
+            dist.init_process_group("gloo")
+            fully_shard(torch.nn.Linear(4, 4))
+        """, cluster="cpu-host")

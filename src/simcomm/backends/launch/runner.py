@@ -18,6 +18,7 @@ from . import clock as launch_clock
 from . import multiprocessing as launch_mp
 from .cuda import LaunchDevice, cuda_functions
 from .dist import replacements
+from .mesh import patches as mesh_patches
 from .environ import RankEnviron
 from .patching import Patcher
 from .process_group import ddp_init, default_process_group
@@ -67,6 +68,8 @@ class _Launch:
         p = self.patcher
         for name, fn in replacements().items():
             p.set(tdist, name, fn)
+        for owner, name, fn in mesh_patches():
+            p.set(owner, name, fn)
         for module in (tdist.distributed_c10d, torch.nn.parallel.distributed):  # DDP's default group
             p.set(module, "_get_default_group", default_process_group(module._get_default_group))
         ddp = torch.nn.parallel.DistributedDataParallel
