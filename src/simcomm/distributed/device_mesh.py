@@ -89,7 +89,8 @@ class DeviceMesh:
 class _SubMesh(DeviceMesh):
     """Some dimensions of a mesh, as the mesh that holds this rank: its groups are the parent's along them."""
 
-    def __init__(self, parent: DeviceMesh, dims: tuple[int, ...]):  # noqa: super().__init__ would make new groups
+    def __init__(self, parent: DeviceMesh, dims: tuple[int, ...]):
+        # not DeviceMesh.__init__: that makes new groups, a collective call the other ranks would not match
         index = tuple(slice(None) if d in dims else c for d, c in enumerate(parent.get_coordinate()))
         kept = [d for d in range(parent.ndim) if d in dims]  # the dimensions left by the index, in the mesh's order
         self.device_type = parent.device_type
