@@ -212,3 +212,20 @@ def test_channels_spread_over_nics_that_gpus_share(algorithm, want):
     from simcomm.algorithms import choose
     choice = choose(c, Collective("all_reduce", np.arange(16), size // 4), algorithm=algorithm, protocol="Simple")
     assert choice.predicted == pytest.approx(t, rel=0.05)
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_all_to_all_across_nodes_is_nic_bound_on_off_node_blocks_only(nodes):
+    """Every rank posts its n - 1 sends at once (NCCL's grouped ncclSend/ncclRecv), so each NIC carries its GPU's
+    off-node blocks, (n - 8) of them, while NVLink carries the 7 on-node ones alongside. Lockstep shifts (the old
+    plan) made every shift wait for its inter-node transfer: about twice this."""
+    from simcomm.algorithms.protocols import protocol_for
+    c = build_cluster("hgx-h100", nodes=nodes)
+    n, blk = 8 * nodes, 64 << 20
+    coll = Collective("all_to_all", np.arange(n), blk // 4)
+    t = simulate(c, "all_to_all", n, blk // 4, "direct", "Simple")
+    p = protocol_for("Simple", "ring", c, coll)
+    nic = (n - 8) * blk / (c.template.nic_bandwidth * p.efficiency)
+    assert t == pytest.approx(nic, rel=0.02)
+    from simcomm.algorithms import choose
+    assert choose(c, coll, algorithm="direct", protocol="Simple").predicted == pytest.approx(t, rel=0.05)

@@ -69,14 +69,26 @@ def direct_reduce_scatter(coll: Collective, buf: Buffers):
         w[r, r] = acc
 
 
-def pairwise_all_to_all(coll: Collective, buf: Buffers):
-    """n-1 steps; at step s rank r sends its block for (r+s) mod n. Uneven splits are honoured."""
+# Above this many flows an all_to_all goes in n - 1 shifts instead of at once (the engine holds every flow of a
+# step at once: 16,384 ranks would be 268M flows).
+MAX_ALL_TO_ALL_FLOWS = 1 << 20
+
+
+def direct_all_to_all(coll: Collective, buf: Buffers):
+    """Every rank posts its sends to every peer at once, as NCCL (a group of ncclSend/ncclRecv) and gloo do: n(n-1)
+    flows in one step, so a node's NICs carry only its off-node blocks while NVLink moves the rest. Groups with more
+    than MAX_ALL_TO_ALL_FLOWS flows go in n - 1 lockstep shifts (at shift s rank r sends to r+s mod n). Uneven
+    splits are honoured."""
     n = coll.n
-    r = np.arange(n)
     splits = coll.splits if coll.splits is not None else np.full((n, n), coll.count)
-    for s in range(1, n):
-        peer = (r + s) % n
-        yield step(r, peer, splits[r, peer] * coll.itemsize, label=f"all-to-all {s}/{n - 1}")
+    if n * (n - 1) <= MAX_ALL_TO_ALL_FLOWS:
+        src, dst = _pairs(n)
+        yield step(src, dst, splits[src, dst] * coll.itemsize, label="all-to-all")
+    else:
+        r = np.arange(n)
+        for s in range(1, n):
+            peer = (r + s) % n
+            yield step(r, peer, splits[r, peer] * coll.itemsize, label=f"all-to-all {s}/{n - 1}")
     if buf.live:
         blocks_in, blocks_out = buf.rows
         for i in range(n):
@@ -139,7 +151,7 @@ def ring_shift(coll: Collective, buf: Buffers):
 def _predict_direct(m: CostModel, coll: Collective) -> float:
     """Every rank sends to every peer at once (gathers and scatters: the root's links carry all of it)."""
     n, kind, blk = m.n, coll.kind, coll.count * coll.itemsize
-    if kind in ("all_gather", "reduce_scatter"):
+    if kind in ("all_gather", "reduce_scatter") or (kind == "all_to_all" and n * (n - 1) <= MAX_ALL_TO_ALL_FLOWS):
         out_intra, out_inter = (m.ppn - 1) * blk, (n - m.ppn) * blk
         t = out_intra / m.proto_bw(m.intra_bw) if m.ppn > 1 else 0.0
         if out_inter:
@@ -174,7 +186,7 @@ def _binomial_reduced(m: CostModel, coll: Collective) -> float:
 
 
 DIRECT = Algorithm("direct", {"reduce_scatter": direct_reduce_scatter, "all_gather": direct_all_gather,
-                              "gather": direct_gather, "scatter": direct_scatter, "all_to_all": pairwise_all_to_all,
+                              "gather": direct_gather, "scatter": direct_scatter, "all_to_all": direct_all_to_all,
                               "sendrecv": ring_shift, "broadcast": direct_broadcast},
                    stepwise(_predict_direct), nccl_kinds=("all_to_all", "gather", "scatter", "sendrecv"),
                    gloo_kinds=("broadcast",))
