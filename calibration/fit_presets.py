@@ -7,9 +7,10 @@
 
 For each preset, the free figures are the launch overhead per collective, the per-step overhead, and bandwidth
 efficiencies for the algorithm families (ring, tree, nvls), the LL/LL128 protocols and the network ("net", groups
-spanning nodes); a preset that is another's board on another network (BOARD_OF: AWS's EFA) keeps the board's
-figures and fits the NICs' latency and the "net" efficiency. The objective is the mean
-|ln(predicted / measured)| over the training points, each a full simulation (simcomm.backends.calibrate.fit).
+spanning nodes; "net.all_to_all" for the alltoall across nodes, where the tables have one); a preset that is
+another's board on another network (BOARD_OF: AWS's EFA) keeps the board's figures and fits the NICs' latency and
+the "net" efficiency. The objective is the mean |ln(predicted / measured)| over the training points, each a full
+simulation (simcomm.backends.calibrate.fit).
 Cross-validation: (1) sizes: fit on every other size of every sweep, score the others; (2) systems: for presets
 measured by several systems, fit without one system and score it. The final figures are fitted on everything.
 Sweeps with a `known_gap` (systems.yaml) are not fitted; they are scored on their own at the end.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -36,7 +38,7 @@ FREE = [Free("tuning.launch_overhead", 1e-7, 1e-4, 1e-5), Free("tuning.step_over
         Free("tuning.efficiency.nvls", 0.4, 1.2, 0.85),
         Free("tuning.efficiency.ring", 0.5, 1.2, 1.0), Free("tuning.efficiency.tree", 0.3, 1.2, 1.0),
         Free("tuning.efficiency.LL128", 0.7, 1 / 0.92, 1.0), Free("tuning.efficiency.LL", 0.1, 1.2, 1.0),
-        Free("tuning.efficiency.net", 0.4, 1.2, 1.0)]
+        Free("tuning.efficiency.net", 0.4, 1.2, 1.0), Free("tuning.efficiency.net.all_to_all", 0.4, 1.2, 1.0)]
 # LL128 sends 120 of every 128 bytes (NCCL models 0.92 of Simple): it cannot beat Simple's bandwidth (at most 1/0.92,
 # else the tuner picks LL128 for GiB buffers), and a figure far below 0.7 would stand for something else. With 0.3
 # to 1.2 allowed, the hgx-h100 fit found two optima of equal objective (0.1072, 0.1070): LL128 at 0.32, slowing the
@@ -104,7 +106,9 @@ def fit_preset(obs: list[Observation], preset: str, base: Tuning = Tuning(), swe
         sweeps, steps = max(sweeps, 3), max(steps, 12)  # two figures: a finer search costs little
     else:
         families = {"nvls", "ring", "tree"} if get_preset(preset).builder().nvls else {"ring", "tree"}
-        free = [f for f in FREE if not f.key.startswith("tuning.efficiency.") or f.key.split(".")[-1] in
+        if any(o.collective == "all_to_all" and o.nodes > 1 for o in obs):  # alltoall across nodes: its own "net"
+            families.add("net.all_to_all")
+        free = [f for f in FREE if not f.key.startswith("tuning.efficiency.") or f.key.split(".", 2)[2] in
                 families | {"LL128", "LL", "net"}]
     values = fit(space_for(preset, base, free=free), obs, sweeps=sweeps, steps=steps,
                  progress=lambda sw, k, v, best: print(f"  [{preset}] sweep {sw} {k}={v:.4g} objective {best:.4f}",
@@ -170,6 +174,8 @@ def main() -> None:
         board = BOARD_OF.get(preset)
         base = (Tuning() if board is None else fitted_tuning(fitted[board]) if board in fitted
                 else get_preset(board).builder().tuning)
+        # the board's network figures were fitted on its own network: the other network fits "net" afresh
+        base = replace(base, efficiency=tuple((k, v) for k, v in base.efficiency if not k.startswith("net.")))
         out = report(f"{preset}: NCCL's tuner figures (no tuning)", preset, Tuning(), per_system)
         out += report(f"{preset}: the figures presets.py carries", preset, current, per_system)
         if not args.check:

@@ -229,3 +229,14 @@ def test_all_to_all_across_nodes_is_nic_bound_on_off_node_blocks_only(nodes):
     assert t == pytest.approx(nic, rel=0.02)
     from simcomm.algorithms import choose
     assert choose(c, coll, algorithm="direct", protocol="Simple").predicted == pytest.approx(t, rel=0.05)
+
+
+def test_net_efficiency_applies_across_nodes_only_and_a_collective_may_have_its_own():
+    """Tuning "net" scales the bandwidth of groups that span nodes; "net.all_to_all" replaces it for the alltoall
+    (NCCL's plain sends posted at once drive the NICs harder than its rings)."""
+    from simcomm.hardware import Tuning
+    t = Tuning(efficiency=(("net", 0.8), ("net.all_to_all", 0.95), ("ring", 0.9)))
+    assert protocol("Simple", "ring", "gpu", t, "all_reduce", nodes=1).efficiency == pytest.approx(0.9)
+    assert protocol("Simple", "ring", "gpu", t, "all_reduce", nodes=2).efficiency == pytest.approx(0.9 * 0.8)
+    assert protocol("Simple", "ring", "gpu", t, "all_to_all", nodes=2).efficiency == pytest.approx(0.9 * 0.95)
+    assert protocol("Simple", "ring", "gpu", t, "all_to_all", nodes=1).efficiency == pytest.approx(0.9)

@@ -67,12 +67,16 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
     CPU ranks (gloo over TCP) have no NCCL protocols: they get a plain protocol with no added latency.
     `tuning` (the cluster's hardware.Tuning) adds its launch and per-step overheads and scales the bandwidth by its
     efficiency for the family, the protocol and the collective `kind`, and for a group spanning nodes by its "net"
-    efficiency; without it NCCL's tuner figures stand.
+    efficiency (or "net.KIND" where the tuning has one: NCCL's alltoall, plain sends posted at once, drives the
+    NICs harder than its rings); without it NCCL's tuner figures stand.
     LL on a GPU NCCL's table knows (`device_name`) is capped at llMaxBw for a group spanning `nodes` nodes.
     """
     launch = tuning.launch_overhead if tuning is not None else 0.0
     step = tuning.step_overhead_for(ranks) if tuning is not None else 0.0
-    across = tuning.factor("net") if tuning is not None and nodes > 1 else 1.0  # the network transport's efficiency
+    across = 1.0  # across nodes: what the network transport achieves, "net" or the collective's own "net.KIND"
+    if tuning is not None and nodes > 1:
+        table = dict(tuning.efficiency)
+        across = table.get(f"net.{kind}", table.get("net", 1.0))
     if device_kind == "cpu":
         factor = (tuning.factor(family, kind) if tuning is not None else 1.0) * across
         hops = {k: step for k in ("nvlink", "pcie", "net", "loopback")} if step else {}

@@ -81,7 +81,8 @@ class Tuning:
         protocol's base latency. step_overhead: seconds added to every step's hop latency.
     efficiency: multipliers of the bandwidth a collective gets, by algorithm family ("ring", "tree", "nvls"),
         protocol ("LL", "LL128", "Simple"), collective ("all_gather", ...) or "net" (groups that span nodes:
-        what the network transport achieves); they multiply; 1.0 where absent.
+        what the network transport achieves; "net.KIND" replaces it for one collective); they multiply; 1.0 where
+        absent.
     sources: where the figures come from (a fit, a table, a profile file).
     cores: for CPU ranks (gloo), the host's cores; a step's overhead grows as ranks / cores beyond them.
     """

@@ -58,15 +58,15 @@ _NCCL = "NCCL src/graph/tuning.cc: NVLink 20.0 (SM80) / 20.6 (SM90) GB/s per lin
 # See docs/validation.md.
 _FITTED_BY = "calibration/fit_presets.py (public nccl-tests tables, calibration/systems.yaml)"
 FITTED_TUNING = {
-    "aws-p4de": Tuning(1.9579e-05, 4.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("net", 1.0989), ("ring", 0.9579), ("tree", 0.7412),), (_FITTED_BY,)),
-    "aws-p5": Tuning(1.3323e-05, 1.2e-09, (("LL", 0.8082), ("LL128", 1.0768), ("net", 0.9608), ("nvls", 0.7705), ("ring", 0.9579), ("tree", 0.6861),), (_FITTED_BY,)),
-    "dgx-a100": Tuning(1.9579e-05, 4.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("net", 0.9843), ("ring", 0.9579), ("tree", 0.7412),), (_FITTED_BY,)),
-    "hgx-h100": Tuning(1.3323e-05, 1.2e-09, (("LL", 0.8082), ("LL128", 1.0768), ("net", 0.9259), ("nvls", 0.7705), ("ring", 0.9579), ("tree", 0.6861),), (_FITTED_BY,)),
+    "aws-p4de": Tuning(1.9579e-05, 4.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("net", 1.1187), ("ring", 0.9579), ("tree", 0.7278),), (_FITTED_BY,)),
+    "aws-p5": Tuning(1.3323e-05, 1.2e-09, (("LL", 0.8082), ("LL128", 1.0768), ("net", 0.9386), ("nvls", 0.7887), ("ring", 0.9579), ("tree", 0.7067),), (_FITTED_BY,)),
+    "dgx-a100": Tuning(1.9579e-05, 4.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("net", 1.0076), ("net.all_to_all", 0.8709), ("ring", 0.9579), ("tree", 0.7278),), (_FITTED_BY,)),
+    "hgx-h100": Tuning(1.3323e-05, 1.2e-09, (("LL", 0.8082), ("LL128", 1.0768), ("net", 0.8709), ("net.all_to_all", 0.9987), ("nvls", 0.7887), ("ring", 0.9579), ("tree", 0.7067),), (_FITTED_BY,)),
     "hgx-h200": Tuning(5.633e-06, 1.2e-09, (("LL", 1.0), ("LL128", 1.0), ("net", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 1.0),), (_FITTED_BY,)),
 }
 FITTED_NIC_LATENCY = {
     "aws-p4de": 7.139e-05,
-    "aws-p5": 1.35e-05,
+    "aws-p5": 1.361e-05,
 }
 
 
