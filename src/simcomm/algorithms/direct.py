@@ -74,6 +74,10 @@ def direct_reduce_scatter(coll: Collective, buf: Buffers):
 MAX_ALL_TO_ALL_FLOWS = 1 << 20
 
 
+def _all_to_all_at_once(n: int) -> bool:
+    return n * (n - 1) <= MAX_ALL_TO_ALL_FLOWS
+
+
 def direct_all_to_all(coll: Collective, buf: Buffers):
     """Every rank posts its sends to every peer at once, as NCCL (a group of ncclSend/ncclRecv) and gloo do: n(n-1)
     flows in one step, so a node's NICs carry only its off-node blocks while NVLink moves the rest. Groups with more
@@ -81,7 +85,7 @@ def direct_all_to_all(coll: Collective, buf: Buffers):
     splits are honoured."""
     n = coll.n
     splits = coll.splits if coll.splits is not None else np.full((n, n), coll.count)
-    if n * (n - 1) <= MAX_ALL_TO_ALL_FLOWS:
+    if _all_to_all_at_once(n):
         src, dst = _pairs(n)
         yield step(src, dst, splits[src, dst] * coll.itemsize, label="all-to-all")
     else:
@@ -151,7 +155,7 @@ def ring_shift(coll: Collective, buf: Buffers):
 def _predict_direct(m: CostModel, coll: Collective) -> float:
     """Every rank sends to every peer at once (gathers and scatters: the root's links carry all of it)."""
     n, kind, blk = m.n, coll.kind, coll.count * coll.itemsize
-    if kind in ("all_gather", "reduce_scatter") or (kind == "all_to_all" and n * (n - 1) <= MAX_ALL_TO_ALL_FLOWS):
+    if kind in ("all_gather", "reduce_scatter") or (kind == "all_to_all" and _all_to_all_at_once(n)):
         out_intra, out_inter = (m.ppn - 1) * blk, (n - m.ppn) * blk
         t = out_intra / m.proto_bw(m.intra_bw) if m.ppn > 1 else 0.0
         if out_inter:

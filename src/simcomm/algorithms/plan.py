@@ -71,6 +71,13 @@ class Placement:
 FLAT = Placement()
 
 
+def channel_stride(per_node: int, channels: int) -> int:
+    """Local ranks between two channels' crossing points: with fewer channels (NICs) than ranks per node, channel
+    c crosses nodes at local rank c x this, so each channel leaves through a NIC of its own, as NCCL spreads its
+    rings and trees over the NICs."""
+    return max(1, per_node // max(1, channels))
+
+
 @dataclass
 class Collective:
     """A group-level collective request: what, over which ranks, how big, and where (its placement).

@@ -11,7 +11,7 @@ import numpy as np
 from .base import Algorithm, ring_shape_reduced
 from .cost import CostModel, pipelined_end
 from .fold import fold
-from .plan import Buffers, Collective, step
+from .plan import Buffers, Collective, channel_stride, step
 from .reduce_ops import combine
 from .tree_schedule import MAX_SLICES, SLICE_BYTES
 
@@ -54,7 +54,7 @@ def ring_orders(coll: Collective, channels: int | None = None) -> np.ndarray:
     channels = channels or coll.placement.channels or k
     orders = np.empty((channels, n), dtype=np.int64)
     local = np.arange(k)
-    stride = max(1, k // channels)
+    stride = channel_stride(k, channels)
     for c in range(channels):
         forward = (c * stride + local) % k
         backward = (c * stride - 1 - local) % k

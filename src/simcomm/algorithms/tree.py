@@ -27,7 +27,7 @@ import numpy as np
 
 from .base import Algorithm, stepwise
 from .cost import CostModel, pipelined_end
-from .plan import Buffers, Collective
+from .plan import Buffers, Collective, channel_stride
 from .tree_schedule import choose_slices, depths, pipelined_trees, tree_fold
 
 MIN_CHANNEL_BYTES = 32 << 10  # a channel per this many bytes per tree, at most (NCCL: 64 B/thread x 512 threads)
@@ -75,9 +75,9 @@ def tree_channels(coll: Collective, nodes: int, per_node: int) -> int:
 
 
 def head_stride(coll: Collective, nodes: int, per_node: int) -> int:
-    """Channel c's head (the rank of a node that talks across nodes) is its local rank c x this stride: with fewer
-    NICs than ranks per node (GPUs sharing a NIC), the heads spread over the NICs, as NCCL spreads its channels."""
-    return max(1, per_node // max(1, coll.placement.channels)) if nodes > 1 else 1
+    """Channel c's head (the rank of a node that talks across nodes) is its local rank c x this stride
+    (plan.channel_stride)."""
+    return channel_stride(per_node, coll.placement.channels) if nodes > 1 else 1
 
 
 def double_tree_parents(coll: Collective) -> list[np.ndarray]:
@@ -176,6 +176,9 @@ def _stage_times(m: CostModel, channels: int, slices: int, slice_bytes: float, s
     q, j = np.arange(ppn), np.arange(channels)
     head = j * stride % ppn
     pos = (q[None, :] - head[:, None]) % ppn
+    if m.nodes > 1:
+        # uneven groups (costed as if every node had the most ranks): each rank its share of the node's NICs
+        nic_of, rate = (m.local_nic, m.nic_rate) if len(m.local_nic) == ppn else (np.arange(ppn), m.rank_net)
     rank = np.broadcast_to(q, pos.shape)
     worst = np.zeros(length)
     for kind in kinds:
@@ -190,9 +193,6 @@ def _stage_times(m: CostModel, channels: int, slices: int, slice_bytes: float, s
                     np.add.at(nic, (head, start + slices), -float(count))
         busy = np.cumsum(nvlink, axis=1).max(axis=0) / m.proto_bw(m.intra_bw)
         if m.nodes > 1:
-            # uneven groups (costed as if every node had the most ranks): each rank its share of the node's NICs
-            even = len(m.local_nic) == ppn
-            nic_of, rate = (m.local_nic, m.nic_rate) if even else (np.arange(ppn), m.rank_net)
             per_nic = np.zeros((int(nic_of.max()) + 1, length))
             np.add.at(per_nic, nic_of, np.cumsum(nic, axis=1))
             busy = np.maximum(busy, per_nic.max(axis=0) / m.proto_bw(rate))

@@ -126,7 +126,8 @@ def _require_init(ctx: RankContext, name: str) -> None:
         raise ValueError(NOT_INITIALIZED if name != "destroy_process_group" else "Invalid process group specified")
 
 
-def _served(name: str, original):
+def served(name: str, original):
+    """torch.distributed's `original`, served in a rank by simcomm.distributed's function of the same name."""
     sim_fn = getattr(sdist, name)
 
     @functools.wraps(original)
@@ -246,7 +247,7 @@ class _GroupNamespace:
 
 def replacements() -> dict:
     """name -> replacement for every torch.distributed attribute a launch patches."""
-    out = {name: _served(name, getattr(tdist, name)) for name in SERVED}
+    out = {name: served(name, getattr(tdist, name)) for name in SERVED}
     simple = {
         "init_process_group": _init_process_group,
         "destroy_process_group": _destroy_process_group,
@@ -267,4 +268,4 @@ def replacements() -> dict:
     return out
 
 
-__all__ = ["LaunchWork", "P2POp", "blocking", "replacements", "torch"]
+__all__ = ["LaunchWork", "P2POp", "blocking", "replacements", "served", "torch"]

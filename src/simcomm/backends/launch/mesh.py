@@ -13,23 +13,9 @@ import functools
 import torch.distributed as tdist
 import torch.distributed.device_mesh as tmesh
 
-from ... import distributed as sdist
 from ...errors import DistError
 from .context import current_context
-from .dist import NOT_INITIALIZED, blocking
-
-
-def _in_rank(sim_fn, original):
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        ctx = current_context()
-        if ctx is None:
-            return original(*args, **kwargs)
-        if not ctx.initialized:
-            raise ValueError(NOT_INITIALIZED)
-        with blocking(ctx):  # new_group is collective: other ranks run meanwhile
-            return sim_fn(*args, **kwargs)
-    return wrapper
+from .dist import served
 
 
 def _torch_c10d_init(original):
@@ -48,7 +34,7 @@ def _torch_c10d_init(original):
 def _mesh_class(original: type) -> type:
     """A stand-in for torch's DeviceMesh class: constructed in a rank it makes simcomm's mesh, elsewhere torch's.
     It stays a class (torch's modules use the name in type unions) and a subclass of torch's."""
-    make = _in_rank(sdist.DeviceMesh, original)
+    make = served("DeviceMesh", original)
 
     class DeviceMesh(original):
         def __new__(cls, *args, **kwargs):
@@ -63,7 +49,7 @@ def patches() -> list[tuple[object, str, object]]:
     out = []
     mesh_class = _mesh_class(tmesh.DeviceMesh)
     for owner in (tmesh, tdist):
-        out.append((owner, "init_device_mesh", _in_rank(sdist.init_device_mesh, tmesh.init_device_mesh)))
+        out.append((owner, "init_device_mesh", served("init_device_mesh", tmesh.init_device_mesh)))
         out.append((owner, "DeviceMesh", mesh_class))
     c10d = tdist.distributed_c10d
     out.append((c10d, "init_process_group", _torch_c10d_init(c10d.init_process_group)))
