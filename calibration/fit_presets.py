@@ -5,8 +5,8 @@
     python calibration/fit_presets.py --write-presets   # copy fitted.yaml into presets.py (FITTED_TUNING and
                                                         # FITTED_NIC_LATENCY)
 
-For each preset, the free figures are the launch overhead per collective, the per-step overhead, and bandwidth
-efficiencies for the algorithm families (ring, tree, nvls), the LL/LL128 protocols and the network ("net", groups
+For each preset, the free figures are the launch overhead per collective, the per-step overhead, NVLS's overhead
+per chunk (presets with NVLS), and bandwidth efficiencies for the algorithm families (ring, tree, nvls), the LL/LL128 protocols and the network ("net", groups
 spanning nodes; "net.all_to_all" for the alltoall across nodes, where the tables have one); a preset that is
 another's board on another network (BOARD_OF: AWS's EFA) keeps the board's figures and fits the NICs' latency and
 the "net" efficiency. The objective is the mean |ln(predicted / measured)| over the training points, each a full
@@ -18,7 +18,6 @@ Sweeps with a `known_gap` (systems.yaml) are not fitted; they are scored on thei
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +37,8 @@ FREE = [Free("tuning.launch_overhead", 1e-7, 1e-4, 1e-5), Free("tuning.step_over
         Free("tuning.efficiency.nvls", 0.4, 1.2, 0.85),
         Free("tuning.efficiency.ring", 0.5, 1.2, 1.0), Free("tuning.efficiency.tree", 0.3, 1.2, 1.0),
         Free("tuning.efficiency.LL128", 0.7, 1 / 0.92, 1.0), Free("tuning.efficiency.LL", 0.1, 1.2, 1.0),
-        Free("tuning.efficiency.net", 0.4, 1.2, 1.0), Free("tuning.efficiency.net.all_to_all", 0.4, 1.2, 1.0)]
+        Free("tuning.efficiency.net", 0.4, 1.2, 1.0), Free("tuning.efficiency.net.all_to_all", 0.4, 1.2, 1.0),
+        Free("tuning.chunk_overhead", 100.0, 100e3, 8e3)]
 # LL128 sends 120 of every 128 bytes (NCCL models 0.92 of Simple): it cannot beat Simple's bandwidth (at most 1/0.92,
 # else the tuner picks LL128 for GiB buffers), and a figure far below 0.7 would stand for something else. With 0.3
 # to 1.2 allowed, the hgx-h100 fit found two optima of equal objective (0.1072, 0.1070): LL128 at 0.32, slowing the
@@ -88,12 +88,20 @@ def tuning_from(values: dict, sources, base: Tuning = Tuning()) -> Tuning:
     eff = dict(base.efficiency) | {k.split(".", 2)[2]: v for k, v in values.items() if ".efficiency." in k}
     return Tuning(round(values.get("tuning.launch_overhead", base.launch_overhead), 9),
                   round(values.get("tuning.step_overhead", base.step_overhead), 10),
-                  tuple(sorted((k, round(v, 4)) for k, v in eff.items())), tuple(sources))
+                  tuple(sorted((k, round(v, 4)) for k, v in eff.items())), tuple(sources),
+                  chunk_overhead=round(values.get("tuning.chunk_overhead", base.chunk_overhead)))
 
 
 def overrides_from(values: dict) -> dict:
     """The fitted hardware figures (the NICs' latency), rounded as presets.py carries them."""
     return {k.split(".", 1)[1]: float(f"{v:.4g}") for k, v in values.items() if k.startswith("overrides.")}
+
+
+def _fits(key: str, families: set) -> bool:
+    """Whether a preset with these efficiency families fits `key` (NVLS's chunk overhead: only with NVLS)."""
+    if key == "tuning.chunk_overhead":
+        return "nvls" in families
+    return not key.startswith("tuning.efficiency.") or key.split(".", 2)[2] in families
 
 
 def fit_preset(obs: list[Observation], preset: str, base: Tuning = Tuning(), sweeps: int = 2,
@@ -108,8 +116,7 @@ def fit_preset(obs: list[Observation], preset: str, base: Tuning = Tuning(), swe
         families = {"nvls", "ring", "tree"} if get_preset(preset).builder().nvls else {"ring", "tree"}
         if any(o.collective == "all_to_all" and o.nodes > 1 for o in obs):  # alltoall across nodes: its own "net"
             families.add("net.all_to_all")
-        free = [f for f in FREE if not f.key.startswith("tuning.efficiency.") or f.key.split(".", 2)[2] in
-                families | {"LL128", "LL", "net"}]
+        free = [f for f in FREE if _fits(f.key, families | {"LL128", "LL", "net"})]
     values = fit(space_for(preset, base, free=free), obs, sweeps=sweeps, steps=steps,
                  progress=lambda sw, k, v, best: print(f"  [{preset}] sweep {sw} {k}={v:.4g} objective {best:.4f}",
                                                        file=sys.stderr, flush=True))
@@ -127,7 +134,8 @@ def report(title: str, preset: str, tuning: Tuning, per_system: dict, overrides:
 
 def fitted_tuning(f: dict) -> Tuning:
     """The Tuning of one fitted.yaml entry."""
-    return Tuning(f["launch_overhead"], f["step_overhead"], tuple(sorted(f["efficiency"].items())))
+    return Tuning(f["launch_overhead"], f["step_overhead"], tuple(sorted(f["efficiency"].items())),
+                  chunk_overhead=f.get("chunk_overhead", 0.0))
 
 
 PRESETS_PY = HERE.parent / "src" / "simcomm" / "hardware" / "presets.py"
@@ -140,7 +148,8 @@ def write_presets() -> None:
     for preset, f in sorted(fitted.items()):
         eff = "".join(f"({k!r}, {v!r}), " for k, v in sorted(f["efficiency"].items())).rstrip(" ").replace("'", '"')
         launch, step = f["launch_overhead"], f["step_overhead"]
-        lines.append(f'    "{preset}": Tuning({launch!r}, {step!r}, ({eff}), (_FITTED_BY,)),')
+        chunk = f", chunk_overhead={f['chunk_overhead']!r}" if f.get("chunk_overhead") else ""
+        lines.append(f'    "{preset}": Tuning({launch!r}, {step!r}, ({eff}), (_FITTED_BY,){chunk}),')
     lines += ["}", "FITTED_NIC_LATENCY = {"]
     lines += [f'    "{preset}": {f["nic_latency"]!r},' for preset, f in sorted(fitted.items()) if "nic_latency" in f]
     text = PRESETS_PY.read_text()
@@ -183,7 +192,8 @@ def main() -> None:
             t = tuning_from(v, [f"calibration/fit_presets.py on {', '.join(per_system)}"], base)
             over = overrides_from(v)
             fitted[preset] = {"launch_overhead": t.launch_overhead, "step_overhead": t.step_overhead,
-                              "efficiency": dict(t.efficiency), "systems": list(per_system)} | over
+                              "efficiency": dict(t.efficiency), "systems": list(per_system)} | over \
+                | ({"chunk_overhead": t.chunk_overhead} if t.chunk_overhead else {})
             (HERE / "fitted.yaml").write_text("# written by calibration/fit_presets.py; presets.py carries these "
                                               "figures\n" + yaml.safe_dump(fitted, sort_keys=True))
             out += report(f"{preset}: fitted on every system and size (the preset's figures)", preset, t,

@@ -31,6 +31,20 @@ def test_tuning_changes_the_simulated_time(tmp_path):
     assert narrow > 2 * simulate_collective("all_gather", big, cluster="cpu-host", ranks=4).time
 
 
+def test_chunk_overhead_round_trips_and_is_written_only_when_set(tmp_path):
+    path = write_profile(tmp_path / "h.yaml", "hgx-h100", tuning=Tuning(1e-5, chunk_overhead=9000.0))
+    assert load_profile(path).tuning.chunk_overhead == 9000.0
+    assert build_cluster(str(path)).template.tuning.chunk_overhead == 9000.0
+    write_profile(tmp_path / "c.yaml", "cpu-host", tuning=Tuning(1e-5))
+    assert "chunk_overhead" not in (tmp_path / "c.yaml").read_text()
+    units = tmp_path / "u.yaml"
+    units.write_text("preset: hgx-h100\ntuning: {chunk_overhead: 8 KiB}\n")
+    assert load_profile(units).tuning.chunk_overhead == 8192
+    units.write_text("preset: hgx-h100\ntuning: {chunk_overhead: lots}\n")
+    with pytest.raises(HardwareError, match="chunk_overhead"):
+        load_profile(units)
+
+
 def test_unit_strings_and_errors(tmp_path):
     p = tmp_path / "u.yml"
     p.write_text("preset: cpu-host\noverrides: {loopback_bandwidth: 2GB/s, loopback_latency: 12us}\n"

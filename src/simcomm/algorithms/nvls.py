@@ -17,7 +17,8 @@ link carry both phases at once; the plan is therefore ONE step holding all four 
   mcast-down  switch -> GPU i   S        (the n reduced chunks)
 An uncontended run takes 25 us (NCCL's NVLS latency, charged once like NCCL's model) + one link latency +
 (S + S/n) / link bandwidth. On HGX H100 (8 x 370.8 GB/s) that is ~577 GB/s busbw at large sizes, against NCCL's
-own model 2 x 0.85 x 370.8 x 15/16 = 591 GB/s. The pipeline fill (one chunk) is neglected.
+own model 2 x 0.85 x 370.8 x 15/16 = 591 GB/s. The pipeline fill (one chunk) is neglected; what each chunk
+costs is a share of the bandwidth (protocols.nvls_chunk, the cluster's fitted chunk_overhead).
 
 reduce_scatter is the reduce half (each GPU sends all n blocks up, gets its reduced block down); all_gather is
 the multicast half (each GPU sends its block up once, gets all n blocks down).

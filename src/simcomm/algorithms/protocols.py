@@ -4,6 +4,10 @@ A protocol adds a software latency per step that depends on what the step crosse
 divides the bandwidth by its efficiency (LL sends a flag with every 4 bytes; LL128 one per 120 of 128 bytes).
 LL also has a ceiling, NCCL's llMaxBw: however fast the links, a rank moves LL data at no more than that many
 bytes/s (busBw, which is what each rank sends per second in a ring or tree), lower across nodes (`max_rate`).
+
+NVLS (and NVLS-Tree) move their data in chunks whose size NCCL picks from the buffer's size (`nvls_chunk`); a
+chunk costs a fixed overhead on top of its bytes (the cluster's `Tuning.chunk_overhead`, in bytes), so NVLS's
+bandwidth steps up where NCCL doubles its chunk, as the measured tables do (docs/model.md).
 """
 from __future__ import annotations
 
@@ -60,8 +64,26 @@ def ll_max_bw(device_name: str, nodes: int) -> float:
     return math.inf
 
 
+# NCCL's NVLS chunk: nvlsChunkSize (128 KiB), halved to 64 KiB for buffers under 64 chunks per concurrent op, to
+# 32 KiB under 8 and to 16 KiB under 2 (enqueue.cc); concurrent ops = NVLS channels (16) x heads (one per GPU of
+# the node). With 8 GPUs the chunk doubles at 8 MiB, 64 MiB and 1 GiB: the single-node H100 tables' busbw jumps at
+# 64 MiB and 1 GiB (measured-nccl-tests.md sections 1 and 3), and so does the 2-node p5 table's NVLS-Tree
+# (section 10), so NVLS-Tree uses the same schedule.
+NVLS_CHANNELS = 16
+_NVLS_CHUNK_STEPS = ((64, 64 << 10), (8, 32 << 10), (2, 16 << 10))
+
+
+def nvls_chunk(nbytes: int, heads: int) -> int:
+    """Bytes per chunk NCCL's NVLS moves for a buffer of nbytes (nccl-tests' S) with `heads` GPUs per node."""
+    chunk, ops = 128 << 10, NVLS_CHANNELS * max(1, heads)
+    for times, smaller in _NVLS_CHUNK_STEPS:
+        if nbytes < times * ops * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
 def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=None, kind: str = "",
-             ranks: int = 0, device_name: str = "", nodes: int = 1) -> Protocol:
+             ranks: int = 0, device_name: str = "", nodes: int = 1, nbytes: int = 0, heads: int = 1) -> Protocol:
     """The protocol `name` as used by an algorithm of `family` ("ring" or "tree" latencies).
 
     CPU ranks (gloo over TCP) have no NCCL protocols: they get a plain protocol with no added latency.
@@ -70,6 +92,8 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
     efficiency (or "net.KIND" where the tuning has one: NCCL's alltoall, plain sends posted at once, drives the
     NICs harder than its rings); without it NCCL's tuner figures stand.
     LL on a GPU NCCL's table knows (`device_name`) is capped at llMaxBw for a group spanning `nodes` nodes.
+    NVLS moving a buffer of `nbytes` with `heads` GPUs per node runs at its chunk's share of the bandwidth,
+    c / (c + the tuning's chunk_overhead).
     """
     launch = tuning.launch_overhead if tuning is not None else 0.0
     step = tuning.step_overhead_for(ranks) if tuning is not None else 0.0
@@ -88,6 +112,9 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
     if family == "nvls":
         nv, pci, net, base = 25.0, 25.0, 18.0, 0.0  # NVLS Simple: NVLink 25, NET 18; base 0
     factor = (tuning.factor(family, name, kind) if tuning is not None else 1.0) * across
+    if family == "nvls" and tuning is not None and tuning.chunk_overhead:
+        chunk = nvls_chunk(nbytes, heads)
+        factor *= chunk / (chunk + tuning.chunk_overhead)
     return Protocol(name, _EFFICIENCY[name] * factor,
                     {"nvlink": nv * _US + step, "pcie": pci * _US + step, "net": net * _US + step,
                      "loopback": pci * _US + step}, base * _US + launch,
@@ -95,8 +122,9 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
 
 
 def protocol_for(name: str, family: str, cluster, coll) -> Protocol:
-    """The protocol `name` for collective `coll` (placed) on `cluster`: its tuning, device and node count."""
+    """The protocol `name` for collective `coll` (placed) on `cluster`: its tuning, device, node count and, for
+    NVLS's chunks, the buffer's size and the GPUs per node."""
     rpn = cluster.ranks_per_node
     nodes = int(np.unique(np.asarray(coll.ranks) // rpn).size) if rpn else 1
     return protocol(name, family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n,
-                    cluster.device.name, nodes)
+                    cluster.device.name, nodes, coll.nbytes, -(-coll.n // nodes))

@@ -85,6 +85,9 @@ class Tuning:
         absent.
     sources: where the figures come from (a fit, a table, a profile file).
     cores: for CPU ranks (gloo), the host's cores; a step's overhead grows as ranks / cores beyond them.
+    chunk_overhead: bytes. NVLS and NVLS-Tree move their data in chunks of NCCL's size (protocols.nvls_chunk), and
+        each chunk costs what this many more bytes would: a chunk of c bytes runs at c / (c + chunk_overhead) of
+        the bandwidth (0: no cost, NCCL's tuner's view).
     """
 
     launch_overhead: float = 0.0
@@ -92,6 +95,7 @@ class Tuning:
     efficiency: tuple[tuple[str, float], ...] = ()
     sources: tuple[str, ...] = ()
     cores: int = 0  # CPU ranks: cores they share; with more ranks than cores a step waits its turn (0: no limit)
+    chunk_overhead: float = 0.0
 
     def step_overhead_for(self, ranks: int) -> float:
         """step_overhead, scaled by ranks / cores when CPU ranks outnumber the cores they share."""
@@ -102,6 +106,8 @@ class Tuning:
     def __post_init__(self) -> None:
         if not (self.launch_overhead >= 0 and self.step_overhead >= 0):
             raise HardwareError("tuning overheads must be >= 0 seconds")
+        if not self.chunk_overhead >= 0:
+            raise HardwareError("tuning chunk_overhead must be >= 0 bytes")
         for key, value in self.efficiency:
             if not 0 < value <= 4:
                 raise HardwareError(f"tuning efficiency {key} must be in (0, 4], got {value!r}")

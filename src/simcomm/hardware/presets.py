@@ -59,14 +59,14 @@ _NCCL = "NCCL src/graph/tuning.cc: NVLink 20.0 (SM80) / 20.6 (SM90) GB/s per lin
 _FITTED_BY = "calibration/fit_presets.py (public nccl-tests tables, calibration/systems.yaml)"
 FITTED_TUNING = {
     "aws-p4de": Tuning(1.9579e-05, 4.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("net", 1.1187), ("ring", 0.9579), ("tree", 0.7278),), (_FITTED_BY,)),
-    "aws-p5": Tuning(1.3323e-05, 1.2e-09, (("LL", 0.8082), ("LL128", 1.0768), ("net", 0.9386), ("nvls", 0.7887), ("ring", 0.9579), ("tree", 0.7067),), (_FITTED_BY,)),
+    "aws-p5": Tuning(1.1501e-05, 5.2e-09, (("LL", 0.6896), ("LL128", 1.0768), ("net", 0.9037), ("nvls", 0.8709), ("ring", 0.9579), ("tree", 0.6541),), (_FITTED_BY,), chunk_overhead=8279),
     "dgx-a100": Tuning(1.9579e-05, 4.2e-09, (("LL", 0.3521), ("LL128", 0.9706), ("net", 1.0076), ("net.all_to_all", 0.8709), ("ring", 0.9579), ("tree", 0.7278),), (_FITTED_BY,)),
-    "hgx-h100": Tuning(1.3323e-05, 1.2e-09, (("LL", 0.8082), ("LL128", 1.0768), ("net", 0.8709), ("net.all_to_all", 0.9987), ("nvls", 0.7887), ("ring", 0.9579), ("tree", 0.7067),), (_FITTED_BY,)),
-    "hgx-h200": Tuning(5.633e-06, 1.2e-09, (("LL", 1.0), ("LL128", 1.0), ("net", 1.0), ("nvls", 0.7774), ("ring", 0.9759), ("tree", 1.0),), (_FITTED_BY,)),
+    "hgx-h100": Tuning(1.1501e-05, 5.2e-09, (("LL", 0.6896), ("LL128", 1.0768), ("net", 0.8915), ("net.all_to_all", 0.9987), ("nvls", 0.8709), ("ring", 0.9579), ("tree", 0.6541),), (_FITTED_BY,), chunk_overhead=8279),
+    "hgx-h200": Tuning(4.441e-06, 4.552e-07, (("LL", 1.0), ("LL128", 1.0), ("net", 1.0), ("nvls", 0.8709), ("ring", 0.9759), ("tree", 1.0),), (_FITTED_BY,), chunk_overhead=9066),
 }
 FITTED_NIC_LATENCY = {
     "aws-p4de": 7.139e-05,
-    "aws-p5": 1.361e-05,
+    "aws-p5": 1.287e-05,
 }
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import HardwareError
-from ..units import parse_rate, parse_time
+from ..units import parse_rate, parse_size, parse_time
 from .model import Tuning
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -41,7 +41,7 @@ def _number(path: str, key: str, value, kind: str) -> float:
     if isinstance(value, str):
         try:
             value = parse_time(value, key) if kind == "time" else parse_rate(value, key) if kind == "rate" \
-                else float(value)
+                else parse_size(value, key) if kind == "bytes" else float(value)
         except ValueError as exc:  # UnitError included
             raise HardwareError(f"{path}: {exc}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -84,10 +84,11 @@ def load_profile(path) -> Profile:
               for k, v in sections["params"].items()}
     overrides = {k: _number(str(path), f"overrides.{k}", v, _kind(k)) for k, v in sections["overrides"].items()}
     t = sections["tuning"]
-    unknown = sorted(set(t) - {"launch_overhead", "step_overhead", "efficiency", "sources", "cores"})
+    unknown = sorted(set(t) - {"launch_overhead", "step_overhead", "chunk_overhead", "efficiency", "sources",
+                               "cores"})
     if unknown:
         raise HardwareError(f"{path}: tuning: unknown key(s) {', '.join(unknown)}; expected launch_overhead, "
-                            f"step_overhead, efficiency, cores, sources")
+                            f"step_overhead, chunk_overhead, efficiency, cores, sources")
     cores = t.get("cores", 0)
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
         raise HardwareError(f"{path}: tuning.cores: expected a whole number >= 0, got {cores!r}")
@@ -98,7 +99,8 @@ def load_profile(path) -> Profile:
                     _number(str(path), "tuning.step_overhead", t.get("step_overhead", 0.0), "time"),
                     tuple((str(k), _number(str(path), f"tuning.efficiency.{k}", v, "number"))
                           for k, v in sorted(eff.items())),
-                    tuple(t.get("sources") or ()) + (f"profile {p.name}",), cores)
+                    tuple(t.get("sources") or ()) + (f"profile {p.name}",), cores,
+                    _number(str(path), "tuning.chunk_overhead", t.get("chunk_overhead", 0.0), "bytes"))
     return Profile(p.stem, doc["preset"], params, overrides, tuning, sections["fit"])
 
 
@@ -108,6 +110,7 @@ def write_profile(path, preset: str, *, params=None, overrides=None, tuning: Tun
     t = tuning or Tuning()
     doc = {"preset": preset, "params": dict(params or {}), "overrides": dict(overrides or {}),
            "tuning": {"launch_overhead": t.launch_overhead, "step_overhead": t.step_overhead,
+                      **({"chunk_overhead": t.chunk_overhead} if t.chunk_overhead else {}),
                       "efficiency": dict(t.efficiency), "cores": t.cores, "sources": list(t.sources)},
            "fit": fit or {}}
     p = Path(path)

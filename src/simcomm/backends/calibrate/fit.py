@@ -32,8 +32,8 @@ class Observation:
 
 @dataclass(frozen=True)
 class Free:
-    """A figure to fit: `key` is "params.X", "overrides.X", "tuning.launch_overhead", "tuning.step_overhead" or
-    "tuning.efficiency.F"; its value stays within [lo, hi]."""
+    """A figure to fit: `key` is "params.X", "overrides.X", "tuning.launch_overhead", "tuning.step_overhead",
+    "tuning.chunk_overhead" or "tuning.efficiency.F"; its value stays within [lo, hi]."""
 
     key: str
     lo: float
@@ -52,7 +52,7 @@ class Space:
     def with_values(self, values: dict) -> "Space":
         """A copy with the free figures set (values: key -> number)."""
         params, overrides = dict(self.params), dict(self.overrides)
-        launch, step = self.tuning.launch_overhead, self.tuning.step_overhead
+        launch, step, chunk = self.tuning.launch_overhead, self.tuning.step_overhead, self.tuning.chunk_overhead
         eff = dict(self.tuning.efficiency)
         for key, v in values.items():
             head, _, name = key.partition(".")
@@ -64,11 +64,13 @@ class Space:
                 launch = v
             elif key == "tuning.step_overhead":
                 step = v
+            elif key == "tuning.chunk_overhead":
+                chunk = v
             elif key.startswith("tuning.efficiency."):
                 eff[key.split(".", 2)[2]] = v
             else:
                 raise KeyError(key)
-        tuning = replace(self.tuning, launch_overhead=launch, step_overhead=step,
+        tuning = replace(self.tuning, launch_overhead=launch, step_overhead=step, chunk_overhead=chunk,
                          efficiency=tuple(sorted(eff.items())))
         return Space(self.preset, params, overrides, tuning, [])
 

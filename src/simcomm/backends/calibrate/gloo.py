@@ -9,7 +9,7 @@ Split: fit on 2 and 4 ranks at every other size and the largest (4 KiB, 64 KiB, 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...hardware import Tuning, write_profile
 from .fit import PINGPONG, Free, Observation, Space, fit, predict
@@ -136,7 +136,6 @@ def calibrate_gloo(passes: list[list[Measurement]], out: str | None = None, prog
                       "noise": result.noise(), **(meta or {})}
         t = fitted.tuning
         result.profile = write_profile(out, fitted.preset, params=fitted.params, overrides=fitted.overrides,
-                                       tuning=Tuning(t.launch_overhead, t.step_overhead, t.efficiency,
-                                                     ("simcomm calibrate: gloo measured on this host",), t.cores),
+                                       tuning=replace(t, sources=("simcomm calibrate: gloo measured on this host",)),
                                        fit=fit_record)
     return result

@@ -6,9 +6,9 @@ fabric (EFA and InfiniBand differ severalfold), so it belongs in a profile, not 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ...hardware import Tuning, build_cluster, write_profile
+from ...hardware import build_cluster, write_profile
 from ..compare_log import cluster_for, log_dtype, sweep_identity
 from ..nccl_log import Table
 from .fit import Free, Observation, Space, fit, predict
@@ -78,8 +78,7 @@ def calibrate_logs(obs: list[Observation], preset: str, out: str | None = None, 
     if out:
         t = fitted.tuning
         result.profile = write_profile(out, preset, overrides=fitted.overrides or None,
-                                       tuning=Tuning(t.launch_overhead, t.step_overhead, t.efficiency,
-                                                     ("simcomm calibrate: nccl-tests logs",)),
+                                       tuning=replace(t, sources=("simcomm calibrate: nccl-tests logs",)),
                                        fit={"training_points": len(train), "held_back_points": len(held),
                                             "median_abs_error_held_back_before": result.median_abs(False),
                                             "median_abs_error_held_back_after": result.median_abs(True),
