@@ -1,9 +1,9 @@
-"""NCCL's protocols: NVLS's chunk schedule and the overhead a chunk costs (Tuning.chunk_overhead)."""
+"""NCCL's protocols: NVLS's chunk schedule and what a chunk costs; on CPU ranks, gloo's fresh all_gather output."""
 from dataclasses import replace
 
 import pytest
 
-from simcomm.algorithms.protocols import nvls_chunk, protocol
+from simcomm.algorithms.protocols import fresh_output_time, nvls_chunk, protocol
 from simcomm.collective import simulate_collective
 from simcomm.hardware import Tuning, build_cluster, get_preset
 
@@ -48,3 +48,32 @@ def test_simulated_nvls_bandwidth_steps_up_where_the_chunk_doubles():
     # from 64 to 128 KiB chunks at 10 kB each: (131 / 141) / (65.5 / 75.5) = 1.071 times the bandwidth
     assert jump == pytest.approx((128 * KIB / (128 * KIB + 10e3)) / (64 * KIB / (64 * KIB + 10e3)), rel=0.005)
     assert _nvls_busbw(plain, at) / _nvls_busbw(plain, below) == pytest.approx(1.0, abs=0.01)
+
+
+def test_gloo_all_gather_pays_for_its_fresh_output_from_32_mib():
+    t = Tuning(cores=2, first_touch_rate=2e9)
+    assert fresh_output_time("all_gather", 32 * MIB - 1, 2, t) == 0.0  # malloc reuses its heap below
+    assert fresh_output_time("all_gather", 64 * MIB, 2, t) == pytest.approx(64 * MIB / 2e9)
+    assert fresh_output_time("all_gather", 64 * MIB, 4, t) == pytest.approx(2 * 64 * MIB / 2e9)  # 4 ranks, 2 cores
+    assert fresh_output_time("all_reduce", 64 * MIB, 2, t) == 0.0
+    assert fresh_output_time("all_gather", 64 * MIB, 2, Tuning(cores=2)) == 0.0  # no rate: not charged
+    plain = protocol("Simple", device_kind="cpu", tuning=Tuning(launch_overhead=1e-5), kind="all_gather",
+                     ranks=2, nbytes=64 * MIB)
+    touched = protocol("Simple", device_kind="cpu", tuning=Tuning(launch_overhead=1e-5, cores=2,
+                                                                   first_touch_rate=2e9),
+                       kind="all_gather", ranks=2, nbytes=64 * MIB)
+    assert touched.base_latency - plain.base_latency == pytest.approx(64 * MIB / 2e9)
+    with pytest.raises(Exception, match="first_touch_rate"):
+        Tuning(first_touch_rate=-1.0)
+
+
+def test_simulated_gloo_all_gather_steps_up_at_32_mib():
+    host = build_cluster("cpu-host", tuning=Tuning(cores=2, first_touch_rate=2e9))
+    plain = build_cluster("cpu-host", tuning=Tuning(cores=2))
+    for size in (16 * MIB, 32 * MIB - 4096):
+        a = simulate_collective("all_gather", size, cluster=host, ranks=2).time
+        assert a == simulate_collective("all_gather", size, cluster=plain, ranks=2).time
+    at = 32 * MIB
+    extra = simulate_collective("all_gather", at, cluster=host, ranks=2).time - \
+        simulate_collective("all_gather", at, cluster=plain, ranks=2).time
+    assert extra == pytest.approx(at / 2e9, rel=1e-9)

@@ -31,7 +31,7 @@ def test_tuning_changes_the_simulated_time(tmp_path):
     assert narrow > 2 * simulate_collective("all_gather", big, cluster="cpu-host", ranks=4).time
 
 
-def test_chunk_overhead_round_trips_and_is_written_only_when_set(tmp_path):
+def test_chunk_overhead_and_first_touch_rate_round_trip_and_are_written_only_when_set(tmp_path):
     path = write_profile(tmp_path / "h.yaml", "hgx-h100", tuning=Tuning(1e-5, chunk_overhead=9000.0))
     assert load_profile(path).tuning.chunk_overhead == 9000.0
     assert build_cluster(str(path)).template.tuning.chunk_overhead == 9000.0
@@ -40,6 +40,10 @@ def test_chunk_overhead_round_trips_and_is_written_only_when_set(tmp_path):
     units = tmp_path / "u.yaml"
     units.write_text("preset: hgx-h100\ntuning: {chunk_overhead: 8 KiB}\n")
     assert load_profile(units).tuning.chunk_overhead == 8192
+    units.write_text("preset: cpu-host\ntuning: {first_touch_rate: 2GB/s, cores: 2}\n")
+    assert load_profile(units).tuning.first_touch_rate == 2e9
+    path = write_profile(tmp_path / "t.yaml", "cpu-host", tuning=Tuning(first_touch_rate=1.5e9))
+    assert load_profile(path).tuning.first_touch_rate == 1.5e9
     units.write_text("preset: hgx-h100\ntuning: {chunk_overhead: lots}\n")
     with pytest.raises(HardwareError, match="chunk_overhead"):
         load_profile(units)

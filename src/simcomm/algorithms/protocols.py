@@ -82,11 +82,29 @@ def nvls_chunk(nbytes: int, heads: int) -> int:
     return chunk
 
 
+# glibc's malloc maps every allocation of at least this much afresh (its mmap threshold's ceiling on 64-bit hosts)
+# and unmaps it when freed, so each call's buffer is faulted in page by page.
+FRESH_MAPPING = 32 << 20
+
+
+def fresh_output_time(kind: str, nbytes: int, ranks: int, tuning) -> float:
+    """Seconds a gloo all_gather of nbytes (nccl-tests' S) spends faulting in its output: torch's gloo backend
+    gathers into a flat buffer of the whole output allocated on every call and then copies it out. At
+    FRESH_MAPPING bytes and more every rank faults in all of it, at the tuning's first_touch_rate per core, the
+    ranks sharing the host's cores (measured on this repository's 2-core host: 0.45-0.52 ms/MiB for 2 ranks up to
+    24 MiB, 0.9-1.1 from 32 MiB; docs/validation.md section 5). 0 without a rate."""
+    if kind != "all_gather" or nbytes < FRESH_MAPPING or tuning is None or not tuning.first_touch_rate:
+        return 0.0
+    sharing = max(1.0, ranks / tuning.cores) if tuning.cores else 1.0
+    return nbytes * sharing / tuning.first_touch_rate
+
+
 def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=None, kind: str = "",
              ranks: int = 0, device_name: str = "", nodes: int = 1, nbytes: int = 0, heads: int = 1) -> Protocol:
     """The protocol `name` as used by an algorithm of `family` ("ring" or "tree" latencies).
 
-    CPU ranks (gloo over TCP) have no NCCL protocols: they get a plain protocol with no added latency.
+    CPU ranks (gloo over TCP) have no NCCL protocols: they get a plain protocol with the tuning's overheads and,
+    for an all_gather, the time its fresh output takes to fault in (fresh_output_time).
     `tuning` (the cluster's hardware.Tuning) adds its launch and per-step overheads and scales the bandwidth by its
     efficiency for the family, the protocol and the collective `kind`, and for a group spanning nodes by its "net"
     efficiency (or "net.KIND" where the tuning has one: NCCL's alltoall, plain sends posted at once, drives the
@@ -104,7 +122,7 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
     if device_kind == "cpu":
         factor = (tuning.factor(family, kind) if tuning is not None else 1.0) * across
         hops = {k: step for k in ("nvlink", "pcie", "net", "loopback")} if step else {}
-        return Protocol("TCP", factor, hops, launch)
+        return Protocol("TCP", factor, hops, launch + fresh_output_time(kind, nbytes, ranks, tuning))
     if name not in PROTOCOLS:
         raise AlgorithmError(f"unknown protocol {name!r}; expected one of {', '.join(PROTOCOLS)}")
     nv, pci, net = _HOP["tree" if family == "tree" else "ring"][name]

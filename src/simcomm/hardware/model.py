@@ -88,6 +88,9 @@ class Tuning:
     chunk_overhead: bytes. NVLS and NVLS-Tree move their data in chunks of NCCL's size (protocols.nvls_chunk), and
         each chunk costs what this many more bytes would: a chunk of c bytes runs at c / (c + chunk_overhead) of
         the bandwidth (0: no cost, NCCL's tuner's view).
+    first_touch_rate: for CPU ranks, bytes/s at which a core faults in freshly mapped memory (0: free). gloo's
+        all_gather allocates its whole output anew on every call, which at 32 MiB and more is mapped fresh
+        (protocols.fresh_output_time).
     """
 
     launch_overhead: float = 0.0
@@ -96,6 +99,7 @@ class Tuning:
     sources: tuple[str, ...] = ()
     cores: int = 0  # CPU ranks: cores they share; with more ranks than cores a step waits its turn (0: no limit)
     chunk_overhead: float = 0.0
+    first_touch_rate: float = 0.0
 
     def step_overhead_for(self, ranks: int) -> float:
         """step_overhead, scaled by ranks / cores when CPU ranks outnumber the cores they share."""
@@ -108,6 +112,8 @@ class Tuning:
             raise HardwareError("tuning overheads must be >= 0 seconds")
         if not self.chunk_overhead >= 0:
             raise HardwareError("tuning chunk_overhead must be >= 0 bytes")
+        if not self.first_touch_rate >= 0:
+            raise HardwareError("tuning first_touch_rate must be >= 0 bytes/s")
         for key, value in self.efficiency:
             if not 0 < value <= 4:
                 raise HardwareError(f"tuning efficiency {key} must be in (0, 4], got {value!r}")

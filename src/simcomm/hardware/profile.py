@@ -84,11 +84,11 @@ def load_profile(path) -> Profile:
               for k, v in sections["params"].items()}
     overrides = {k: _number(str(path), f"overrides.{k}", v, _kind(k)) for k, v in sections["overrides"].items()}
     t = sections["tuning"]
-    unknown = sorted(set(t) - {"launch_overhead", "step_overhead", "chunk_overhead", "efficiency", "sources",
-                               "cores"})
+    unknown = sorted(set(t) - {"launch_overhead", "step_overhead", "chunk_overhead", "first_touch_rate",
+                               "efficiency", "sources", "cores"})
     if unknown:
         raise HardwareError(f"{path}: tuning: unknown key(s) {', '.join(unknown)}; expected launch_overhead, "
-                            f"step_overhead, chunk_overhead, efficiency, cores, sources")
+                            f"step_overhead, chunk_overhead, first_touch_rate, efficiency, cores, sources")
     cores = t.get("cores", 0)
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
         raise HardwareError(f"{path}: tuning.cores: expected a whole number >= 0, got {cores!r}")
@@ -100,7 +100,8 @@ def load_profile(path) -> Profile:
                     tuple((str(k), _number(str(path), f"tuning.efficiency.{k}", v, "number"))
                           for k, v in sorted(eff.items())),
                     tuple(t.get("sources") or ()) + (f"profile {p.name}",), cores,
-                    _number(str(path), "tuning.chunk_overhead", t.get("chunk_overhead", 0.0), "bytes"))
+                    _number(str(path), "tuning.chunk_overhead", t.get("chunk_overhead", 0.0), "bytes"),
+                    _number(str(path), "tuning.first_touch_rate", t.get("first_touch_rate", 0.0), "rate"))
     return Profile(p.stem, doc["preset"], params, overrides, tuning, sections["fit"])
 
 
@@ -111,6 +112,7 @@ def write_profile(path, preset: str, *, params=None, overrides=None, tuning: Tun
     doc = {"preset": preset, "params": dict(params or {}), "overrides": dict(overrides or {}),
            "tuning": {"launch_overhead": t.launch_overhead, "step_overhead": t.step_overhead,
                       **({"chunk_overhead": t.chunk_overhead} if t.chunk_overhead else {}),
+                      **({"first_touch_rate": t.first_touch_rate} if t.first_touch_rate else {}),
                       "efficiency": dict(t.efficiency), "cores": t.cores, "sources": list(t.sources)},
            "fit": fit or {}}
     p = Path(path)

@@ -33,7 +33,7 @@ class Observation:
 @dataclass(frozen=True)
 class Free:
     """A figure to fit: `key` is "params.X", "overrides.X", "tuning.launch_overhead", "tuning.step_overhead",
-    "tuning.chunk_overhead" or "tuning.efficiency.F"; its value stays within [lo, hi]."""
+    "tuning.chunk_overhead", "tuning.first_touch_rate" or "tuning.efficiency.F"; its value stays within [lo, hi]."""
 
     key: str
     lo: float
@@ -52,7 +52,8 @@ class Space:
     def with_values(self, values: dict) -> "Space":
         """A copy with the free figures set (values: key -> number)."""
         params, overrides = dict(self.params), dict(self.overrides)
-        launch, step, chunk = self.tuning.launch_overhead, self.tuning.step_overhead, self.tuning.chunk_overhead
+        t = self.tuning
+        launch, step, chunk, touch = t.launch_overhead, t.step_overhead, t.chunk_overhead, t.first_touch_rate
         eff = dict(self.tuning.efficiency)
         for key, v in values.items():
             head, _, name = key.partition(".")
@@ -66,12 +67,14 @@ class Space:
                 step = v
             elif key == "tuning.chunk_overhead":
                 chunk = v
+            elif key == "tuning.first_touch_rate":
+                touch = v
             elif key.startswith("tuning.efficiency."):
                 eff[key.split(".", 2)[2]] = v
             else:
                 raise KeyError(key)
-        tuning = replace(self.tuning, launch_overhead=launch, step_overhead=step, chunk_overhead=chunk,
-                         efficiency=tuple(sorted(eff.items())))
+        tuning = replace(t, launch_overhead=launch, step_overhead=step, chunk_overhead=chunk,
+                         first_touch_rate=touch, efficiency=tuple(sorted(eff.items())))
         return Space(self.preset, params, overrides, tuning, [])
 
     def cluster(self, ranks: int, nodes: int):

@@ -2,7 +2,9 @@
 points, write a profile, and report the errors before and after.
 
 Free figures: the per-rank loopback bandwidth and latency, the host's aggregate copy bandwidth (every rank's
-transfers share the cores), the memory bandwidth reductions run at, and a launch overhead per collective.
+transfers share the cores), the memory bandwidth reductions run at, launch and per-step overheads, an all_gather
+efficiency, and the rate at which a core faults in fresh memory (gloo's all_gather maps its output afresh from
+32 MiB: protocols.fresh_output_time).
 Split: fit on 2 and 4 ranks at every other size and the largest (4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB) plus the
 2-rank ping-pong; hold back 3 ranks entirely and the sizes in between (16 KiB, 256 KiB, 4 MiB) of 2 and 4 ranks.
 """
@@ -28,6 +30,7 @@ def default_space(cores: int | None = None) -> Space:
         Free("tuning.launch_overhead", 1e-7, 2e-3, 3e-5),
         Free("tuning.step_overhead", 1e-7, 2e-3, 2e-5),
         Free("tuning.efficiency.all_gather", 0.05, 4.0, 1.0),
+        Free("tuning.first_touch_rate", 2e8, 5e10, 3e9),
     ])
 
 
