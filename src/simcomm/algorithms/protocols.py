@@ -91,8 +91,8 @@ def fresh_output_time(kind: str, nbytes: int, ranks: int, tuning) -> float:
     """Seconds a gloo all_gather of nbytes (nccl-tests' S) spends faulting in its output: torch's gloo backend
     gathers into a flat buffer of the whole output allocated on every call and then copies it out. At
     FRESH_MAPPING bytes and more every rank faults in all of it, at the tuning's first_touch_rate per core, the
-    ranks sharing the host's cores (measured on this repository's 2-core host: 0.45-0.52 ms/MiB for 2 ranks up to
-    24 MiB, 0.9-1.1 from 32 MiB; docs/validation.md section 5). 0 without a rate."""
+    ranks sharing the host's cores (measured on this repository's 2-core host: 0.43-0.52 ms/MiB for 2 ranks up to
+    28 MiB, 0.93-1.22 from 32 MiB; docs/validation.md section 5). 0 without a rate."""
     if kind != "all_gather" or nbytes < FRESH_MAPPING or tuning is None or not tuning.first_touch_rate:
         return 0.0
     sharing = max(1.0, ranks / tuning.cores) if tuning.cores else 1.0

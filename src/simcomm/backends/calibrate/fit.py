@@ -54,7 +54,7 @@ class Space:
         params, overrides = dict(self.params), dict(self.overrides)
         t = self.tuning
         launch, step, chunk, touch = t.launch_overhead, t.step_overhead, t.chunk_overhead, t.first_touch_rate
-        eff = dict(self.tuning.efficiency)
+        eff = dict(t.efficiency)
         for key, v in values.items():
             head, _, name = key.partition(".")
             if head == "params":
