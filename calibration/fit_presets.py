@@ -6,10 +6,10 @@
                                                         # FITTED_NIC_LATENCY)
 
 For each preset, the free figures are the launch overhead per collective, the per-step overhead, NVLS's overhead
-per chunk (presets with NVLS), and bandwidth efficiencies for the algorithm families (ring, tree, nvls), the LL/LL128 protocols and the network ("net", groups
-spanning nodes; "net.all_to_all" for the alltoall across nodes, where the tables have one); a preset that is
-another's board on another network (BOARD_OF: AWS's EFA) keeps the board's figures and fits the NICs' latency and
-the "net" efficiency. The objective is the mean |ln(predicted / measured)| over the training points, each a full
+per chunk (presets with NVLS), and bandwidth efficiencies for the algorithm families (ring, tree, nvls), the
+LL/LL128 protocols and the network ("net", groups spanning nodes; "net.all_to_all" for the alltoall across nodes,
+where the tables have one); a preset that is another's board on another network (BOARD_OF: AWS's EFA) keeps the
+board's figures and fits the NICs' latency and the "net" efficiency. The objective is the mean |ln(predicted / measured)| over the training points, each a full
 simulation (simcomm.backends.calibrate.fit).
 Cross-validation: (1) sizes: fit on every other size of every sweep, score the others; (2) systems: for presets
 measured by several systems, fit without one system and score it. The final figures are fitted on everything.
