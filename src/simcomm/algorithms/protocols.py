@@ -95,8 +95,7 @@ def fresh_output_time(kind: str, nbytes: int, ranks: int, tuning) -> float:
     28 MiB, 0.93-1.22 from 32 MiB; docs/validation.md section 5). 0 without a rate."""
     if kind != "all_gather" or nbytes < FRESH_MAPPING or tuning is None or not tuning.first_touch_rate:
         return 0.0
-    sharing = max(1.0, ranks / tuning.cores) if tuning.cores else 1.0
-    return nbytes * sharing / tuning.first_touch_rate
+    return nbytes * tuning.sharing(ranks) / tuning.first_touch_rate
 
 
 def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=None, kind: str = "",
@@ -117,8 +116,7 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
     step = tuning.step_overhead_for(ranks) if tuning is not None else 0.0
     across = 1.0  # across nodes: what the network transport achieves, "net" or the collective's own "net.KIND"
     if tuning is not None and nodes > 1:
-        table = dict(tuning.efficiency)
-        across = table.get(f"net.{kind}", table.get("net", 1.0))
+        across = tuning.efficiency_of(f"net.{kind}", tuning.efficiency_of("net"))
     if device_kind == "cpu":
         factor = (tuning.factor(family, kind) if tuning is not None else 1.0) * across
         hops = {k: step for k in ("nvlink", "pcie", "net", "loopback")} if step else {}

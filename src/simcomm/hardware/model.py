@@ -6,6 +6,7 @@ Units inside are SI: bytes, bytes/second, seconds, flop/second. Presets build th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 from ..errors import HardwareError
@@ -101,11 +102,13 @@ class Tuning:
     chunk_overhead: float = 0.0
     first_touch_rate: float = 0.0
 
+    def sharing(self, ranks: int) -> float:
+        """How many ranks share each core: ranks / cores when CPU ranks outnumber their cores, else 1."""
+        return ranks / self.cores if self.cores and ranks > self.cores else 1.0
+
     def step_overhead_for(self, ranks: int) -> float:
         """step_overhead, scaled by ranks / cores when CPU ranks outnumber the cores they share."""
-        if self.cores and ranks > self.cores:
-            return self.step_overhead * ranks / self.cores
-        return self.step_overhead
+        return self.step_overhead * self.sharing(ranks)
 
     def __post_init__(self) -> None:
         if not (self.launch_overhead >= 0 and self.step_overhead >= 0):
@@ -118,12 +121,19 @@ class Tuning:
             if not 0 < value <= 4:
                 raise HardwareError(f"tuning efficiency {key} must be in (0, 4], got {value!r}")
 
+    @cached_property
+    def _table(self) -> dict[str, float]:
+        return dict(self.efficiency)  # looked up for every protocol the tuner weighs: built once per Tuning
+
+    def efficiency_of(self, key: str, default: float = 1.0) -> float:
+        """The efficiency named `key`, `default` when not set."""
+        return self._table.get(key, default)
+
     def factor(self, *keys: str) -> float:
         """The product of the efficiencies named by keys (family, protocol), 1.0 for those not set."""
-        table = dict(self.efficiency)
         out = 1.0
         for k in keys:
-            out *= table.get(k, 1.0)
+            out *= self._table.get(k, 1.0)
         return out
 
 
