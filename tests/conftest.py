@@ -17,6 +17,9 @@ import pytest
 GOLDEN_DIR = Path(__file__).parent / "golden"
 REGEN = os.environ.get("SIMCOMM_GOLDEN") == "regen"
 REL = 1e-12  # floats may differ in the last bits across CPUs (SIMD summation order), nothing more
+# An array's "last bits" are its own dtype's: float32 maths (torch, numpy SIMD kernels) differs by an ulp or two
+# between CPUs (AVX2 vs AVX-512 summation order), so such arrays compare within a few of their own ulps.
+DTYPE_REL = {"float32": 4 * 2.0 ** -23, "float16": 4 * 2.0 ** -10, "bfloat16": 4 * 2.0 ** -7}
 
 
 def canonical(value):
@@ -38,26 +41,28 @@ def canonical(value):
     return repr(value)
 
 
-def _differences(expected, actual, path="") -> list[str]:
+def _differences(expected, actual, path="", rel=REL) -> list[str]:
     if isinstance(expected, float) or isinstance(actual, float):
         if isinstance(expected, (int, float)) and isinstance(actual, (int, float)) and \
                 not isinstance(expected, bool) and not isinstance(actual, bool):
-            if math.isclose(expected, actual, rel_tol=REL, abs_tol=1e-300):
+            if math.isclose(expected, actual, rel_tol=rel, abs_tol=1e-300):
                 return []
         return [f"{path or '.'}: expected {expected!r}, got {actual!r}"]
     if isinstance(expected, dict) and isinstance(actual, dict):
         out = [f"{path}.{k}: missing" for k in expected if k not in actual]
         out += [f"{path}.{k}: unexpected" for k in actual if k not in expected]
+        if expected.get("dtype") == actual.get("dtype") and set(expected) == {"dtype", "shape", "values"}:
+            rel = max(rel, DTYPE_REL.get(expected["dtype"], rel))
         for k in expected:
             if k in actual:
-                out += _differences(expected[k], actual[k], f"{path}.{k}")
+                out += _differences(expected[k], actual[k], f"{path}.{k}", rel)
         return out
     if isinstance(expected, list) and isinstance(actual, list):
         if len(expected) != len(actual):
             return [f"{path}: expected {len(expected)} items, got {len(actual)}"]
         out = []
         for i, (e, a) in enumerate(zip(expected, actual)):
-            out += _differences(e, a, f"{path}[{i}]")
+            out += _differences(e, a, f"{path}[{i}]", rel)
         return out
     return [] if expected == actual else [f"{path or '.'}: expected {expected!r}, got {actual!r}"]
 
