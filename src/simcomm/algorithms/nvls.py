@@ -50,9 +50,8 @@ def why_not(cluster, ranks: np.ndarray) -> str | None:
 
 def switch_routes(cluster, ranks) -> tuple[np.ndarray, np.ndarray]:
     """Each rank's route up to its node's NVSwitch and back down (route ids), in the order of `ranks`."""
-    up, down = zip(*(cluster.switch_links(int(g)) for g in ranks))
-    return (np.array([cluster.path_route((u,)) for u in up], dtype=np.int64),
-            np.array([cluster.path_route((d,)) for d in down], dtype=np.int64))
+    up, down = cluster.switch_ports(np.asarray(ranks, dtype=np.int64))
+    return cluster.link_routes(up), cluster.link_routes(down)
 
 
 def _links(coll: Collective):

@@ -34,25 +34,26 @@ MIN_CHANNEL_BYTES = 32 << 10  # a channel per this many bytes per tree, at most 
 
 
 # ---- tree shapes (ports of NCCL's ncclGetBtree / ncclGetDtree) ----------------------------------------------
-def btree_parent(nranks: int, rank: int) -> int:
-    """Parent of `rank` in NCCL's binary tree over 0..nranks-1 (rank 0 is the root, with one child)."""
-    if rank == 0:
-        return -1
-    bit = 1
-    while bit < nranks and not bit & rank:
-        bit <<= 1
+def btree_parents(nranks: int) -> np.ndarray:
+    """Parent of every rank 0..nranks-1 in NCCL's binary tree (ncclGetBtree; rank 0 is the root, with one child):
+    with `bit` the rank's lowest set bit, (rank ^ bit) | (bit << 1), or rank ^ bit where that is out of range."""
+    rank = np.arange(nranks, dtype=np.int64)
+    bit = rank & -rank
     up = (rank ^ bit) | (bit << 1)
-    return rank ^ bit if up >= nranks else up
+    parent = np.where(up >= nranks, rank ^ bit, up)
+    if nranks:
+        parent[0] = -1
+    return parent
 
 
 def dtree_parents(nranks: int) -> tuple[np.ndarray, np.ndarray]:
     """Parents in NCCL's two complementary trees: the btree, and its mirror (even) or shift by one (odd)."""
-    p0 = np.array([btree_parent(nranks, r) for r in range(nranks)], dtype=np.int64)
+    p0 = btree_parents(nranks)
     if nranks % 2 == 1:
-        shifted = np.array([btree_parent(nranks, (r - 1) % nranks) for r in range(nranks)], dtype=np.int64)
+        shifted = p0[(np.arange(nranks) - 1) % nranks]
         p1 = np.where(shifted < 0, -1, (shifted + 1) % nranks)
     else:
-        mirrored = np.array([btree_parent(nranks, nranks - 1 - r) for r in range(nranks)], dtype=np.int64)
+        mirrored = p0[nranks - 1 - np.arange(nranks)]
         p1 = np.where(mirrored < 0, -1, nranks - 1 - mirrored)
     return p0, p1
 
@@ -88,15 +89,23 @@ def double_tree_parents(coll: Collective) -> list[np.ndarray]:
     channels = tree_channels(coll, nn, per_node)
     stride = head_stride(coll, nn, per_node)
     out = []
+    sizes = {len(m) for m in members}
+    grid = np.stack(members) if len(sizes) == 1 else None  # grid[k, l]: local rank l of node k, when all alike
     for node_parent in dtree_parents(nn):
+        has = node_parent >= 0
         for c in range(channels):
             parent = np.full(coll.n, -1, dtype=np.int64)
-            heads = np.array([m[c * stride % len(m)] for m in members])
-            for k, m in enumerate(members):
-                chain = np.roll(m, -c * stride)  # the chain starts at this channel's head
-                parent[chain[1:]] = chain[:-1]
-                if node_parent[k] >= 0:
-                    parent[chain[0]] = heads[node_parent[k]]
+            if grid is not None:
+                chain = np.roll(grid, -c * stride, axis=1)  # each node's chain starts at this channel's head
+                parent[chain[:, 1:]] = chain[:, :-1]
+                parent[chain[has, 0]] = chain[node_parent[has], 0]
+            else:
+                heads = np.array([m[c * stride % len(m)] for m in members])
+                for k, m in enumerate(members):
+                    chain = np.roll(m, -c * stride)
+                    parent[chain[1:]] = chain[:-1]
+                    if node_parent[k] >= 0:
+                        parent[chain[0]] = heads[node_parent[k]]
             out.append(parent)
     return out
 
@@ -104,7 +113,7 @@ def double_tree_parents(coll: Collective) -> list[np.ndarray]:
 def rooted_tree_parent(coll: Collective) -> np.ndarray:
     """NCCL's binary tree over ranks relabelled so that the root is relative rank 0."""
     n = coll.n
-    rel = np.array([btree_parent(n, r) for r in range(n)], dtype=np.int64)
+    rel = btree_parents(n)
     parent = np.full(n, -1, dtype=np.int64)
     g = (np.arange(n) + coll.root) % n
     parent[g] = np.where(rel < 0, -1, (rel + coll.root) % n)

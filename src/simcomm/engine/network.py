@@ -82,7 +82,6 @@ class FlowNetwork:
         self._index = np.empty(0, dtype=np.int64)  # position of each flow inside its batch
         self._batches: dict[int, Transfer] = {}
         self._next_bid = 0
-        self._latency = np.empty(0)  # numpy mirror of cluster.route_latency
         self._updated = 0.0
         self._generation = 0  # of the live flow set: a pending finish timer is stale once it moves on
         self._resolve_pending = False
@@ -226,10 +225,7 @@ class FlowNetwork:
         return key
 
     def _latency_table(self) -> np.ndarray:
-        lat = self.cluster.route_latency
-        if len(self._latency) != len(lat):
-            self._latency = np.asarray(lat, dtype=np.float64)
-        return self._latency
+        return self.cluster.route_latency
 
     def _route_links(self, routes: np.ndarray) -> np.ndarray:
         """Every link id the given route ids cross (with repeats)."""
