@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import unique
 from ..engine import NO_TAGS
 from ..engine.cache import BoundedCache
 from ..engine.resources import reduction_bytes
@@ -247,7 +248,7 @@ class _Executor:
         off = np.full(size, -np.inf)
         lat = np.zeros(size)
         if st.chains is None:
-            if c != 1 or len(np.unique(st.dst)) != len(st.dst):
+            if c != 1 or len(unique(st.dst)) != len(st.dst):
                 return None  # a receiver with several senders (max over them): step by step
             pred[st.dst], off[st.dst], lat[st.dst] = st.src, offsets, latency
         else:

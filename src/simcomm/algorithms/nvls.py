@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from ..arrays import unique
 from ..errors import AlgorithmError
 from .base import Algorithm
 from .cost import CostModel
@@ -42,7 +43,7 @@ def why_not(cluster, ranks: np.ndarray) -> str | None:
         return "nvls needs the cluster (place the collective on a cluster)"
     if not cluster.template.nvls:
         return f"nvls needs NVSwitches with NVLink SHARP; {cluster.name} has none"
-    nodes = np.unique(np.asarray(ranks) // cluster.ranks_per_node)
+    nodes = unique(np.asarray(ranks) // cluster.ranks_per_node)
     if len(nodes) > 1:
         return f"nvls runs inside one node; this group spans {len(nodes)} nodes"
     return None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import unique
 from ..errors import AlgorithmError
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -141,6 +142,6 @@ def protocol_for(name: str, family: str, cluster, coll) -> Protocol:
     """The protocol `name` for collective `coll` (placed) on `cluster`: its tuning, device, node count and, for
     NVLS's chunks, the buffer's size and the GPUs per node."""
     rpn = cluster.ranks_per_node
-    nodes = int(np.unique(np.asarray(coll.ranks) // rpn).size) if rpn else 1
+    nodes = int(unique(np.asarray(coll.ranks) // rpn).size) if rpn else 1
     return protocol(name, family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n,
                     cluster.device.name, nodes, coll.nbytes, -(-coll.n // nodes))

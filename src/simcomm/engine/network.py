@@ -19,6 +19,8 @@ from typing import Mapping
 import numpy as np
 import simpy
 
+from ..arrays import unique
+
 from .cache import BoundedCache
 from .ids import distinct, factorize
 from .maxmin import max_min_rates_csr
@@ -261,12 +263,12 @@ class FlowNetwork:
             return
         owners = self._owners()[links] if self._replays else links[:0]
         if (owners >= 0).any():
-            for rid in np.unique(owners[owners >= 0]).tolist():
+            for rid in unique(owners[owners >= 0]).tolist():
                 self._cut(self._replays[rid], live=True)
         if self._learning:
             learners = self._learner[links]
             if (learners >= 0).any():
-                for bid in np.unique(learners[learners >= 0]).tolist():
+                for bid in unique(learners[learners >= 0]).tolist():
                     self._forget(bid)
 
     # ---- live flows ----------------------------------------------------------------------------------------
@@ -317,7 +319,7 @@ class FlowNetwork:
         if not len(self._route):
             return
         # Batch ids are ascending in the live arrays, so one batch means equal ends.
-        bids = [int(self._bid[0])] if self._bid[0] == self._bid[-1] else np.unique(self._bid).tolist()
+        bids = [int(self._bid[0])] if self._bid[0] == self._bid[-1] else unique(self._bid).tolist()
         if unchanged:
             if self._learning:
                 self._record_rates(len(bids) == 1)
@@ -387,7 +389,7 @@ class FlowNetwork:
         if not len(bid):
             return
         single = bid[0] == bid[-1]
-        for b in ([int(bid[0])] if single else np.unique(bid).tolist()):
+        for b in ([int(bid[0])] if single else unique(bid).tolist()):
             t = self._batches[b]
             sel = slice(None) if single else bid == b
             rec = self._learning.get(b)

@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..arrays import unique
 from .model import Fabric, HardwareError, NodeTemplate
 from .paths import TemplatePaths, gather
 from .routes import SALT, FabricPaths, RouteTable, ends_to_csr
@@ -106,7 +107,7 @@ class Cluster:
                 bad = (ranks < 0) | (ranks >= self.num_ranks)
                 if bad.any():
                     self.check_rank(int(ranks[bad][0]))
-            new = np.unique(keys[miss])
+            new = unique(keys[miss])
             rids = self._routes.add(*self._compute_routes(new // self.num_ranks, new % self.num_ranks))
             self._routes.remember(new, rids)
             out[miss] = rids[np.searchsorted(new, keys[miss])]
@@ -139,7 +140,7 @@ class Cluster:
         if bad.any():
             raise HardwareError(f"{self.name}: link id(s) {links[bad][:8].tolist()} out of range "
                                 f"0..{self.num_links - 1}")
-        new = np.unique(links[self._single[links] < 0])
+        new = unique(links[self._single[links] < 0])
         if len(new):
             self._single[new] = self._routes.add(np.ones(len(new), dtype=np.int64), new)
         return self._single[links]

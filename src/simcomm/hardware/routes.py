@@ -16,6 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..arrays import unique
 from .model import Fabric, HardwareError
 
 _M64 = (1 << 64) - 1
@@ -137,7 +138,7 @@ def _sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     if not len(lengths):
         return out
     starts = np.cumsum(lengths) - lengths
-    for size in np.unique(lengths).tolist():
+    for size in unique(lengths).tolist():
         if size == 0:
             continue
         rows = np.flatnonzero(lengths == size)
@@ -221,7 +222,7 @@ class FabricPaths:
         degree = np.diff(g.ptr)
         if (leaves[src] == leaves[g.nbr]).any() or (degree[leaves] != ns).any() or (degree[~leaves] != nl).any():
             return None
-        if len(np.unique(src * n + g.nbr)) != len(src):
+        if len(unique(src * n + g.nbr)) != len(src):
             return None
         position = np.full(n, -1, dtype=np.int64)
         position[leaves] = np.arange(nl)
@@ -283,7 +284,7 @@ class FabricPaths:
             lo, size = g.rptr[frontier], g.rptr[frontier + 1] - g.rptr[frontier]
             gather = np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))  # the ranges, joined
             reach = g.rsrc[gather]
-            reach = np.unique(reach[dist[reach] < 0])
+            reach = unique(reach[dist[reach] < 0])
             dist[reach] = level
             frontier = reach
         return dist
