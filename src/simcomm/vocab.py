@@ -25,7 +25,7 @@ PER_RANK_SHARD = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatt
 NCCL_TESTS_NAMES = {k: {"all_to_all": "alltoall"}.get(k, k) for k in COLLECTIVES}
 # PyTorch profiler's "Collective name" for each kind.
 TORCH_NAMES = {k: {"all_reduce": "allreduce", "all_gather": "allgather"}.get(k, k) for k in KINDS}
-MAX_NODES, MAX_RANKS = 8192, 65536  # the largest cluster scenario files and `simcomm perf` accept
+MAX_NODES, MAX_RANKS = 32768, 262144  # the largest cluster scenario files and `simcomm perf` accept
 
 
 class DType(NamedTuple):
