@@ -258,6 +258,17 @@ class Cluster:
         return bw, lat, kind
 
     @cached_property
+    def neighbour_latency(self) -> float:
+        """The mean route latency from each local rank to the next (wrapping round): what a hop of a chain or ring
+        inside a node costs where some neighbours sit further apart (under different PCIe switches)."""
+        rpn = self.ranks_per_node
+        if rpn < 2:
+            return 0.0
+        local = np.arange(rpn)
+        rids = self.route_ids(local, (local + 1) % rpn)
+        return float(np.mean(self.route_latency[rids]))
+
+    @cached_property
     def inter_node(self) -> tuple[float, float]:
         """(bandwidth, latency) of the route from rank 0 to the first rank of the last node."""
         if self.num_nodes < 2:
