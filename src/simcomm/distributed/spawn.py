@@ -10,7 +10,7 @@ from .groups import GroupRegistry
 from .p2p import P2PMatcher, UnmatchedP2PWarning
 from .rendezvous import CollectiveRendezvous
 from .runtime import RankRuntime
-from ..engine import Activity, Simulation
+from ..engine import Activity, Simulation, resolve_detail
 from ..session import Session
 from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
@@ -54,13 +54,16 @@ def resolve_cluster(cluster, nprocs: int | None) -> Cluster:
 
 
 def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorithm=None, protocol=None,
-          numerics: str | None = None, detail: str = "flows", join: bool = True,
+          numerics: str | None = None, detail: str | None = None, join: bool = True,
           execution: str | None = None) -> SpawnResult:
     """Run fn(rank, *args) for every rank on a simulated cluster and return a SpawnResult.
 
     cluster: a preset name ("hgx-h100", "cpu-host", ...) or a Cluster; nprocs defaults to all its ranks.
     algorithm / protocol force NCCL_ALGO / NCCL_PROTO (algorithm may be a dict per collective kind).
     numerics: "gloo" (bitwise gloo ring order) or "nccl"; the default follows the cluster (CPU -> gloo).
+    detail: what the timeline keeps, "flows" (every flow, and each link's load) or "steps"; by default every flow
+    up to 64 ranks and steps beyond (engine.resolve_detail), so a large run costs no more than "steps" unless
+    its flows are asked for.
     execution: how ranks keep their call stacks, "greenlet" (fast) or "thread" (for libraries with per-thread
     state, such as torch's grad mode); by default greenlets unless torch is loaded (see distributed/execution.py).
     """
@@ -73,7 +76,7 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     n = int(nprocs) if nprocs is not None else c.num_ranks
     if not 1 <= n <= c.num_ranks:
         raise SimcommError(f"nprocs={n} does not fit {c.name}, which has {c.num_ranks} ranks")
-    session = Session(c, detail=detail, algorithm=algorithm, protocol=protocol,
+    session = Session(c, detail=resolve_detail(detail, n), algorithm=algorithm, protocol=protocol,
                       numerics=numerics or ("gloo" if c.device.kind == "cpu" else "nccl"))
     sim = session.sim
     rt = RankRuntime(sim, n, execution)

@@ -15,7 +15,8 @@ from ..fields import MAX_RANKS, Base, CollectiveName, DType, Op, Protocol, Size,
 from ..session import Session
 from ..units import format_size
 from ..vocab import Bandwidth
-from .base import RunResult, Workload, forced_algorithm, resolve_detail
+from ..engine import resolve_detail
+from .base import RunResult, Workload, forced_algorithm
 from .checks import check_algorithm, check_runs
 
 
