@@ -74,9 +74,11 @@ def cmd_plan(args) -> int:
     bar, progress = _progress()
     if bar:
         with bar:
-            result = plan(model, base, cluster, space, args.jobs, args.simulate, args.max_simulate, progress)
+            result = plan(model, base, cluster, space, args.jobs, args.simulate, args.max_simulate, progress,
+                          args.ray is not None, args.ray or None)
     else:
-        result = plan(model, base, cluster, space, args.jobs, args.simulate, args.max_simulate)
+        result = plan(model, base, cluster, space, args.jobs, args.simulate, args.max_simulate,
+                      ray=args.ray is not None, ray_address=args.ray or None)
     rows = result.rows
     valid = [r for r in rows if "error" not in r or "step_time" in r]
     fits = result.feasible
@@ -128,6 +130,9 @@ def add_parser(sub) -> None:
                                    "simulated in full, the rest by a lower bound).")
     p.add_argument("scenario", help="a training scenario (its workload gives the model, batch and fixed settings)")
     p.add_argument("--jobs", type=int, help="local worker processes (default: every core)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="search on a Ray cluster instead of local processes (needs simcomm[ray]); ADDRESS defaults "
+                        "to a local one; same result as local workers")
     p.add_argument("--top", type=int, default=20, help="rows to print (default 20)")
     p.add_argument("--simulate", type=int, default=16, help="simulate at least this many layouts in full")
     p.add_argument("--max-simulate", type=int, default=64, help="and at most this many (default 64)")
