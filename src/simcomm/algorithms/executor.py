@@ -33,6 +33,7 @@ from ..engine.resources import reduction_bytes
 from .chains import StepMap, advance
 from .plan import Buffers, Collective, Plan, Step
 from .protocols import Protocol
+from .symmetric import has_to_itself
 
 _AMBIGUOUS = 1e-9  # relative: a closed form must not hinge on a comparison this close
 _RECENT, _RECENT_BYTES = 16, 32 << 20  # flow and chain sets an executor remembers (by identity)
@@ -275,13 +276,22 @@ class _Executor:
         return smap
 
 
-def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol, label: str, tags=NO_TAGS):
+def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol, label: str, tags=NO_TAGS,
+            alone=None):
     """A simpy process body: run `plan` for `coll` on `sim`; returns the finish time. The collective is recorded
-    on each of its ranks with `tags`; its flows carry them too."""
+    on each of its ranks with `tags`; its flows carry them too. `alone(sim, coll, proto, label, tags)`, the
+    plan's closed form when it has the simulation to itself (symmetric.py), is tried first for size-only data."""
     ex = _Executor(sim, coll, proto, label, tags)
     start = sim.now
     if proto.base_latency > 0:
         yield sim.env.timeout(proto.base_latency)  # launch and setup, before any byte moves
+    end = alone(sim, coll, proto, label, tags) if alone is not None and not buffers.live and \
+        has_to_itself(sim) else None
+    if end is not None:
+        if end > sim.now:
+            yield sim.at(end)
+        sim.recorder.spans("collective", coll.ranks, start, sim.now, coll.nbytes, label, tags)
+        return sim.now
     ex.ready = np.full((1, coll.n), float(sim.now))  # per (channel, group rank)
     for st in plan(coll, buffers):
         left = max(int(st.repeat), 1)

@@ -32,7 +32,8 @@ from .cost import CostModel, pipelined_end
 from .nvls import _reduce_rows, switch_routes
 from .plan import Buffers, Collective, Step
 from .reduce_ops import combine
-from .tree import _node_shapes, dtree_parents, node_members
+from .tree import _node_shapes
+from .tree_shape import dtree_parents, node_members
 from .tree_schedule import choose_slices, depths
 
 # Clock rows (chains): 0 the collective's start (never written), 1 A's result, then per tree i: its up arrivals,

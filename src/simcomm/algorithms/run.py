@@ -56,8 +56,9 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     choice: Choice = _choose(sim, coll, algorithm, protocol)
     alg = ALGORITHMS[coll.kind][choice.algorithm]
     plan = alg.plans[coll.kind]
+    alone = alg.alone.get(coll.kind)
     if numerics == "gloo" and algorithm in (None, "ring"):
-        plan = _gloo_plan(coll, plan)
+        plan, alone = _gloo_plan(coll, plan), None
     buf = rows if isinstance(rows, Buffers) else Buffers(rows, coll.op)
     premul = numerics == "nccl"
     reducing = coll.kind in REDUCING
@@ -70,7 +71,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
             "algorithm": choice.algorithm, "protocol": choice.protocol}
 
     def body():
-        end = yield from execute(sim, coll, plan, buf, proto, name, tags)
+        end = yield from execute(sim, coll, plan, buf, proto, name, tags, alone)
         if buf.live and reducing:
             rows = buf.rows
             if rows.ndim == 2 and rows.strides[0] == 0:  # every rank holds the same result: finish it once

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from simcomm.algorithms.plan import Collective
-from simcomm.algorithms.tree import btree_parents, double_tree_parents, dtree_parents
+from simcomm.algorithms.tree_shape import btree_parents, double_tree_parents, dtree_parents
 from simcomm.hardware import build_cluster
 
 
