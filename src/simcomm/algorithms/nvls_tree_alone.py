@@ -16,7 +16,7 @@ from .executor import _chain
 from .hierarchical import node_grid
 from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, UP, Layout, Shape
 from .plan import Collective
-from .symmetric import Bookings, Flows, NotSymmetric, Overloaded, Rails, Reduced
+from .symmetric import Bookings, Flows, NotSymmetric, Rails, Reduced
 
 
 def alone(sim, coll: Collective, proto, label: str, tags) -> float | None:
@@ -94,16 +94,9 @@ class _Run:
                 continue
             flows, reduced, chains, flow_cost_latency, nic, reduce = built
             count += float(flows.weight.sum())
-            check = None if nic is None else (lambda rate, alive, nic=nic: self.rails.check(rate, alive, *nic[:3]))
-            try:
-                finish = reduced.finish(t, flows, check)
-                costs = [finish - t + flow_cost_latency]
-            except Overloaded:
-                first, _pair, _weight, pairs, pair_route = nic
-                rails = self.rails.every_rail(t, flows, first, pairs, pair_route, reduced.blocks[:1])
-                reduced.solves += self.rails.solves
-                finish = np.concatenate(rails)
-                costs = [r - t + flow_cost_latency for r in rails]
+            rails = self.rails.finish(t, flows, reduced, nic)
+            finish = np.concatenate(rails)
+            costs = [r - t + flow_cost_latency for r in rails]
             t_end, floor = float(finish.max()), t + min(float(c.min()) for c in costs)
             if len(ready) == 1 and len(costs) > 1:
                 after = [_chain(ready[0].copy(), chains, c, t, BoundedCache(4, 1 << 30)) for c in costs]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.ids import factorize
 from ..engine.maxmin import max_min_rates_csr
 
 _SPINE_MARGIN = 1e-9  # a fabric link left out of a reduced problem may not exceed its capacity by more than this
@@ -64,11 +65,11 @@ class Reduced:
 
     def _rates(self, route: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """Max-min rate of each route class, given the live flows on each (engine.maxmin, as the network)."""
-        classes, inverse = np.unique(route, return_inverse=True)
-        counts = np.bincount(inverse.reshape(-1), weights=weight)
+        classes, inverse = factorize(route, len(self.lengths))
+        counts = np.bincount(inverse, weights=weight)
         self.solves += 1
         return max_min_rates_csr(self.lengths[classes], self.starts[classes], self.links, counts,
-                                 self.capacity)[inverse.reshape(-1)]
+                                 self.capacity)[inverse]
 
     def _on(self, route: np.ndarray) -> np.ndarray:
         """The reduced links the flows on these routes cross, end to end (repeats kept)."""
@@ -121,28 +122,36 @@ def merge(keys: np.ndarray, *columns: np.ndarray):
 
 
 class Spines:
-    """The fabric links a reduced problem leaves out: each NIC rail's flows cross their own, and rails meet at the
-    spines, so the closed form holds only while no fabric link would be loaded past its capacity. per_rail[c, f]:
-    the fabric link ids node-level flow f crosses on rail c (-1, -1 where it stays on its leaf)."""
+    """The fabric links a reduced problem leaves out. Each rail's flows reach the spines by their own hashes, so a
+    rail is its reduced twin only while none of its fabric links would be loaded past capacity. per_rail[c, f]:
+    the fabric link ids node-level flow f crosses on rail c (-1, -1 where it stays on its leaf). On a
+    rail-optimised fabric every fabric link belongs to one rail's leaf (`rail_of`); elsewhere rails may share
+    links (`independent` False)."""
 
     def __init__(self, capacity: np.ndarray, per_rail: np.ndarray):
         self.capacity = capacity
         self.per_rail = per_rail
         self.crosses = (per_rail >= 0).any(axis=(0, 2))  # flows that reach a spine on some rail
+        links = per_rail.reshape(len(per_rail), -1)
+        rail = np.repeat(np.arange(len(per_rail)), links.shape[1])[links.reshape(-1) >= 0]
+        used = links.reshape(-1)[links.reshape(-1) >= 0]
+        ids, first = np.unique(used, return_index=True)
+        owners = np.unique(np.stack([used, rail], axis=1), axis=0)
+        self.independent = len(owners) == len(ids)  # no fabric link carries two rails' flows
+        self.rail_of = dict(zip(ids.tolist(), rail[first].tolist()))
 
-    def check(self, flow_ids: np.ndarray, rates: np.ndarray, weight: np.ndarray) -> None:
-        """Refuse (NotSymmetric) when these node-level flows at these rates would load a fabric link past its
-        capacity once every rail is counted."""
+    def overloaded(self, flow_ids: np.ndarray, rates: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        """The fabric links these node-level flows at these rates would load past their capacity, every rail's
+        copy of the flows counted."""
         keep = self.crosses[flow_ids]
         if not keep.any():
-            return
+            return np.empty(0, dtype=np.int64)
         links = self.per_rail[:, flow_ids[keep], :]  # (rails, flows, 2)
         on = links >= 0
         load = np.broadcast_to((rates[keep] * weight[keep])[None, :, None], links.shape)[on]
         ids, inverse = np.unique(links[on], return_inverse=True)
         total = np.bincount(inverse.reshape(-1), weights=load)
-        if (total > self.capacity[ids] * (1 + _SPINE_MARGIN)).any():
-            raise NotSymmetric("a fabric link shared by the rails would bind")
+        return ids[total > self.capacity[ids] * (1 + _SPINE_MARGIN)]
 
 
 class Bookings:
@@ -242,13 +251,63 @@ class Rails:
         return np.concatenate([self.nic_out[self.s_node[pairs]], self.nic_back[self.d_node[pairs]]], axis=1)
 
     def check(self, rate: np.ndarray, alive: np.ndarray, first: int, pair: np.ndarray, weight: np.ndarray) -> None:
-        """Rates of a reduced problem whose NIC flows (from `first` on, node pairs `pair`) stay clear of every
-        spine link once every rail is counted; else Overloaded."""
+        """Rates of a reduced problem whose NIC flows (from `first` on, node pairs `pair`): the rails whose fabric
+        links they would overload join `self.bound` (each is solved on its own after: `finish`); where rails share
+        fabric links, Overloaded."""
         live = alive[first:]
+        over = self.spines.overloaded(pair[live], rate[first:][live], weight[live])
+        if len(over):
+            if not self.spines.independent:
+                raise Overloaded()
+            self.bound |= {self.spines.rail_of[int(link)] for link in over}
+
+    def finish(self, t0: float, flows: Flows, reduced: "Reduced", nic) -> list[np.ndarray]:
+        """When each of a stage's reduced flows sends its last byte, as each rail sees it: one array when every
+        rail is its reduced twin, else one per rail (NVLink flows alike in all). nic: (first NIC flow, their node
+        pairs, weights, the distinct pairs, each NIC flow's pair) or None."""
+        self.bound = set()
+        if nic is None:
+            return [reduced.finish(t0, flows)]
+        first, pair, weight, pairs, pair_route = nic
         try:
-            self.spines.check(pair[live], rate[first:][live], weight[live])
-        except NotSymmetric:
-            raise Overloaded() from None
+            finish = reduced.finish(t0, flows, lambda rate, alive: self.check(rate, alive, first, pair, weight))
+        except Overloaded:
+            rails = self.every_rail(t0, flows, first, pairs, pair_route, reduced.blocks[:1])
+            reduced.solves += self.solves
+            return rails
+        if not self.bound:
+            return [finish]
+        out = []
+        for r in range(self.rails):
+            if r in self.bound:
+                nics = self.rail_finish(t0, flows, first, pairs, pair_route, r)
+                reduced.solves += self.solves
+                out.append(np.r_[finish[:first], nics])
+            else:
+                out.append(finish)
+        return out
+
+    def rail_finish(self, t0: float, flows: Flows, first: int, pairs: np.ndarray, pair_route: np.ndarray,
+                    rail: int) -> np.ndarray:
+        """Rail `rail`'s NIC flows timed with the fabric links they cross on it (a component of the stage's
+        problem of its own: no link shared with NVLink or another rail)."""
+        fabric = self.spines.per_rail[rail, pairs, :]
+        fab_ids, fab_of = np.unique(fabric[fabric >= 0], return_inverse=True)
+        capacity = np.concatenate([self.capacity, self.spines.capacity[fab_ids]])
+        fab_reduced = np.full(fabric.shape, -1, dtype=np.int64)
+        fab_reduced[fabric >= 0] = len(self.capacity) + fab_of.reshape(-1)
+        rows = self.block(pairs)
+        cross = fabric[:, 0] >= 0
+        blocks, index, count = [], np.empty(len(pairs), dtype=np.int64), 0
+        for sel, middle in ((~cross, fab_reduced[:, :0]), (cross, fab_reduced)):
+            blocks.append(np.concatenate([rows[sel, :self.lo], middle[sel], rows[sel, self.lo:]], axis=1))
+            index[sel] = count + np.arange(int(sel.sum()))
+            count += int(sel.sum())
+        own = Reduced(capacity, blocks)
+        nic = Flows(index[pair_route], flows.weight[first:], flows.wire[first:])
+        out = own.finish(t0, nic)
+        self.solves = own.solves
+        return out
 
     def every_rail(self, t0: float, flows: Flows, first: int, pairs: np.ndarray, pair_route: np.ndarray,
                    nvlink_blocks: list[np.ndarray]) -> list[np.ndarray]:

@@ -19,7 +19,7 @@ from ..engine.resources import reduction_bytes
 from .executor import _chain
 from .hierarchical import node_grid
 from .plan import Collective
-from .symmetric import Bookings, Flows, NotSymmetric, Overloaded, Rails, Reduced, merge
+from .symmetric import Bookings, Flows, NotSymmetric, Rails, Reduced, merge
 from .tree_shape import dtree_parents, head_stride, tree_channels
 from .tree_schedule import _Edges, choose_slices, depths
 
@@ -177,16 +177,9 @@ class _Run:
             flows, reduced, edge_flow, nic, count = self._stage(active, j[active])
             full_flows += count
             chains = _Chains((e.wrow[active], e.src[active], e.dst[active], np.arange(len(active)), e.rrow[active]))
-            check = None if nic is None else (lambda rate, alive, nic=nic: self.rails.check(rate, alive, *nic[:3]))
-            try:
-                finish = reduced.finish(t, flows, check)
-                costs = [finish[edge_flow] - t + latency[active]]
-            except Overloaded:
-                first, _pair, _weight, pairs, pair_route = nic
-                rails = self.rails.every_rail(t, flows, first, pairs, pair_route, reduced.blocks[:1])
-                reduced.solves += self.rails.solves
-                finish = np.concatenate(rails)
-                costs = [r[edge_flow] - t + latency[active] for r in rails]
+            rails = self.rails.finish(t, flows, reduced, nic) if nic is not None else [reduced.finish(t, flows)]
+            finish = np.concatenate(rails)
+            costs = [r[edge_flow] - t + latency[active] for r in rails]
             t_end, floor = float(finish.max()), t + min(float(c.min()) for c in costs)
             if len(ready) == 1 and len(costs) > 1:  # the rails' costs differ: do the clocks?
                 after = [_chain(ready[0].copy(), chains, c, t, BoundedCache(4, 1 << 30)) for c in costs]
