@@ -1,7 +1,7 @@
 """Runs of repeated steps timed in closed form give exactly the times the step-by-step path gives.
 
 Each case runs the same schedule twice, with Simulation.closed_form on and off ("steps" detail; the symmetric
-closed forms of collectives alone, tested in test_tree_alone.py and test_nvls_tree_alone.py, left out), and compares
+closed forms of collectives alone, tested in test_symmetric.py, left out), and compares
 every recorded time bitwise: collectives alone (uncontended), and collectives that meet other traffic on their
 links or other work on their ranks' memory midway (contended), where the run must be cut and finished step by step.
 """

@@ -149,3 +149,27 @@ def _hidden(clocks: np.ndarray, back: np.ndarray, off, lat, hbm, starts: np.ndar
     if done:
         clocks[:q] = after[done - 1]
     return done
+
+
+def chain_step(ready: np.ndarray, chains: tuple, cost: np.ndarray, t0: float, flat_index) -> np.ndarray:
+    """One step on the clocks `ready` (channels x ranks): chains = (channel written, sender, receiver, flow[,
+    channel read]); each receiver's clock becomes its latest of its sender's clock (or t0) plus the flow's cost.
+    Channels the chains name first get every rank's latest clock so far. flat_index (a BoundedCache) keeps each
+    chain set's flat indices, as plans reuse one set for many steps."""
+    ch, src, dst, flow = chains[:4]
+    read = chains[4] if len(chains) > 4 else ch  # the clock read at the sender, if not the one written
+    channels = max(int(ch.max()), int(read.max())) + 1
+    if channels > len(ready):
+        ready = np.vstack([ready, np.repeat(ready.max(axis=0, keepdims=True), channels - len(ready), axis=0)])
+    n = ready.shape[1]
+    flat = ready.reshape(-1)
+    key = (id(chains), n)
+    idx = flat_index.get(key)
+    if idx is None or idx[0] is not chains:
+        idx = flat_index.put(key, (chains, read * n + src, ch * n + dst))
+    _, fsrc, fdst = idx
+    arrival = np.maximum(flat[fsrc], t0)
+    arrival += cost[flow]
+    # Each (channel, receiver) has one predecessor in a chain step, so plain assignment is the max.
+    flat[fdst] = np.maximum(flat[fdst], arrival)
+    return ready

@@ -30,7 +30,7 @@ from ..arrays import unique
 from ..engine import NO_TAGS
 from ..engine.cache import BoundedCache
 from ..engine.resources import reduction_bytes
-from .chains import StepMap, advance
+from .chains import StepMap, advance, chain_step
 from .plan import Buffers, Collective, Plan, Step
 from .protocols import Protocol
 from .symmetric import has_to_itself
@@ -326,31 +326,16 @@ def _starts(now: float, count: int, duration: float, stall: bool, work: float = 
     return starts, ends
 
 
-def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index: dict) -> np.ndarray:
+def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index) -> np.ndarray:
     """Advance the latency clock: each flow's data is ready at the receiver when its sender was ready (or the
-    step began) plus the flow's cost (transfer time plus latency)."""
+    step began) plus the flow's cost (transfer time plus latency); with the step's chains, per (channel, rank)
+    (chains.chain_step)."""
     if st.chains is None:
         arrival = np.maximum(ready[:, st.src].max(axis=0), t0) + cost
         latest = _max_by(st.dst, arrival, ready.shape[1])
         np.maximum(ready, latest, out=ready)
         return ready
-    ch, src, dst, flow = st.chains[:4]
-    read = st.chains[4] if len(st.chains) > 4 else ch  # the clock read at the sender, if not the one written
-    channels = max(int(ch.max()), int(read.max())) + 1
-    if channels > len(ready):
-        ready = np.vstack([ready, np.repeat(ready.max(axis=0, keepdims=True), channels - len(ready), axis=0)])
-    n = ready.shape[1]
-    flat = ready.reshape(-1)
-    key = (id(st.chains), n)  # plans reuse one chain set for many steps: index it once per collective
-    idx = flat_index.get(key)
-    if idx is None or idx[0] is not st.chains:
-        idx = flat_index.put(key, (st.chains, read * n + src, ch * n + dst))
-    _, fsrc, fdst = idx
-    arrival = np.maximum(flat[fsrc], t0)
-    arrival += cost[flow]
-    # Each (channel, receiver) has one predecessor in a chain step, so plain assignment is the max.
-    flat[fdst] = np.maximum(flat[fdst], arrival)
-    return ready
+    return chain_step(ready, st.chains, cost, t0, flat_index)
 
 
 def _max_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:

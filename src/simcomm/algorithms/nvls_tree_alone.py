@@ -8,36 +8,21 @@ reduced links, and the executor's clocks (one per role, as the plan's chains) an
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from ..engine.cache import BoundedCache
 from ..engine.resources import reduction_bytes
-from .executor import _chain
-from .hierarchical import node_grid
 from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, UP, Layout, Shape
 from .plan import Collective
-from .symmetric import Bookings, Flows, NotSymmetric, Rails, Reduced
-
-
-def alone(sim, coll: Collective, proto, label: str, tags) -> float | None:
-    """Time the NVLS-Tree all-reduce `coll` from now in closed form (see the module docstring); returns when it
-    ends, or None where the symmetry does not hold (nothing is booked then)."""
-    try:
-        return _Run(sim, coll, proto, label, tags).run()
-    except NotSymmetric:
-        return None
+from .symmetric import Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, Rails, Reduced
 
 
 class _Run:
     def __init__(self, sim, coll: Collective, proto, label: str, tags):
         cluster = sim.cluster
         self.sim, self.coll, self.proto, self.label, self.tags = sim, coll, proto, label, tags
-        if coll.kind != "all_reduce" or not np.isinf(proto.max_rate) or not cluster.device.fused_reduction:
-            raise NotSymmetric("only the fused, uncapped all-reduce")
-        grid = node_grid(coll.ranks, cluster.ranks_per_node)
-        if grid is None or len(grid) < 2 or not (np.diff(coll.ranks[grid], axis=1) > 0).all():
-            raise NotSymmetric("the group must be whole nodes, two or more")
-        self.grid = grid
+        self.grid = grid = whole_nodes(cluster, coll, nodes=2)
         self.nn, self.ppn = nn, ppn = grid.shape
         self.lay = lay = Layout(coll.count, ppn, coll.itemsize)
         if not (lay.true == lay.true[:, :1, :]).all():
@@ -84,33 +69,26 @@ class _Run:
         as many sets as the rails need (symmetric: one)."""
         sim, nn = self.sim, self.nn
         t = float(sim.now)
-        ready = [np.full((1, nn), t)]
-        cache = BoundedCache(4, 1 << 30)
+        clocks = Clocks(1, nn, t)
         self.memory = Bookings(sim.memory, self.coll.ranks)
         count = 0.0
         for stage in range(self.stages):
             built = self._stage(stage)
             if built is None:
                 continue
-            flows, reduced, chains, flow_cost_latency, nic, reduce = built
+            flows, reduced, chains, latency, nic, reduce = built
             count += float(flows.weight.sum())
             rails = self.rails.finish(t, flows, reduced, nic)
-            finish = np.concatenate(rails)
-            costs = [r - t + flow_cost_latency for r in rails]
-            t_end, floor = float(finish.max()), t + min(float(c.min()) for c in costs)
-            if len(ready) == 1 and len(costs) > 1:
-                after = [_chain(ready[0].copy(), chains, c, t, BoundedCache(4, 1 << 30)) for c in costs]
-                ready = after[:1] if all(np.array_equal(a, after[0]) for a in after[1:]) else after
-            else:
-                ready = [_chain(r, chains, costs[k % len(costs)], t, cache) for k, r in enumerate(ready)]
-            t = self._reduce(reduce, ready, chains.chains, t, floor, t_end)
-            if len(ready) > 1 and all(np.array_equal(r, ready[0]) for r in ready[1:]):
-                ready = ready[:1]
+            costs = [r - t + latency for r in rails]
+            floor = t + min(float(c.min()) for c in costs)
+            clocks.advance(chains, costs, t)
+            t = self._reduce(reduce, clocks, chains, t, floor, max(float(r.max()) for r in rails))
+            clocks.settle()
             sim.network.stats["solves"] += reduced.solves
         self.memory.commit(f"{self.label} reduce", self.tags)
         sim.network.stats["flows"] += int(count * self.ppn * nn)
         sim.network.stats["closed_form"] += 1
-        return max(max(float(r.max()) for r in ready), t)
+        return max(clocks.latest(), t)
 
     def _stage(self, t: int):
         """Stage t on the reduced links: one GPU's A and C flows (the switch ports: links 0 up, 1 down) and local
@@ -176,11 +154,11 @@ class _Run:
             if up.any():
                 reduce = (self.t_dst[tree][up], tb[tree][up])
         # the sets write different clocks (A's, the tree's, C's rows), so their order does not matter
-        chains = _Chains(tuple(np.concatenate(x) for x in (ch, fsrc, fdst, fidx, read)))
+        chains = tuple(np.concatenate(x) for x in (ch, fsrc, fdst, fidx, read))
         flows = Flows(flow_route, np.concatenate(weights), np.concatenate(wires))
         return flows, Reduced(self.rails.capacity, blocks), chains, np.concatenate(lat), nic, reduce
 
-    def _reduce(self, reduce, ready, chains, t0: float, floor: float, t_end: float) -> float:
+    def _reduce(self, reduce, clocks, chains, t0: float, floor: float, t_end: float) -> float:
         """The tree's reductions on every receiving GPU's memory (each local index alike) and the executor's rule
         for fused ones; returns when the next stage starts."""
         if reduce is None:
@@ -189,24 +167,8 @@ class _Run:
         per_node = np.bincount(who_node, weights=reduction_bytes(nbytes), minlength=self.nn)
         per_rank = np.zeros(self.coll.n)
         per_rank[self.grid] = per_node[:, None]
-        who = np.flatnonzero(per_rank)
-        if not len(who):
-            return t_end
-        ends = self.memory.use(who, per_rank[who], t0)
-        top = float(ends.max())
-        if top > floor:
-            hbm = np.full(self.coll.n, -np.inf)
-            hbm[who] = ends
-            node_hbm = hbm[self.grid[:, 0]]
-            fdst = chains[0] * self.nn + chains[2]
-            for clocks in ready:
-                flat = clocks.reshape(-1)
-                flat[fdst] = np.maximum(flat[fdst], node_hbm[chains[2]])
-        return max(t_end, top)
+        return self.memory.reductions(per_rank, t0, floor, t_end, clocks, chains, column=self.grid[:, 0])
 
 
-class _Chains:
-    """What executor._chain reads of a step: its chains."""
-
-    def __init__(self, chains):
-        self.chains = chains
+# The NVLS-Tree all-reduce's closed form: when it ends, or None where the symmetry does not hold.
+alone = partial(attempt, _Run)

@@ -19,8 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.cache import BoundedCache
 from ..engine.ids import factorize
 from ..engine.maxmin import max_min_rates_csr
+from .chains import chain_step
+from .hierarchical import node_grid
 
 _SPINE_MARGIN = 1e-9  # a fabric link left out of a reduced problem may not exceed its capacity by more than this
 # (relative): a link loaded exactly to capacity saturates in the same round as its flows' own bottlenecks
@@ -28,6 +31,28 @@ _SPINE_MARGIN = 1e-9  # a fabric link left out of a reduced problem may not exce
 
 class NotSymmetric(Exception):
     """The closed form does not apply here (the general path runs instead)."""
+
+
+def attempt(run, sim, coll, proto, label: str, tags) -> float | None:
+    """A closed form's `run(sim, coll, proto, label, tags).run()`: when the collective ends, or None where the
+    symmetry does not hold (NotSymmetric; nothing is booked then)."""
+    cluster = sim.cluster
+    if coll.kind != "all_reduce" or coll.n < 2 or not np.isinf(proto.max_rate) or \
+            not cluster.device.fused_reduction:
+        return None  # only fused, uncapped all-reduces: LL's cap and CPU reductions go step by step
+    try:
+        return run(sim, coll, proto, label, tags).run()
+    except NotSymmetric:
+        return None
+
+
+def whole_nodes(cluster, coll, nodes: int = 1) -> np.ndarray:
+    """The group as a (node, local index) grid of group ranks, in rank order, at least `nodes` nodes of whole
+    nodes (else NotSymmetric)."""
+    grid = node_grid(coll.ranks, cluster.ranks_per_node)
+    if grid is None or len(grid) < nodes or not (np.diff(coll.ranks[grid], axis=1) > 0).all():
+        raise NotSymmetric("the group must be whole nodes")
+    return grid
 
 
 def has_to_itself(sim) -> bool:
@@ -170,6 +195,23 @@ class Bookings:
         self.free[who] = end
         self.rows.append((who, start, end, amount))
         return end
+
+    def reductions(self, per_rank: np.ndarray, t0: float, floor: float, t_end: float, clocks: "Clocks",
+                   chains: tuple, column=None) -> float:
+        """A stage's fused reductions, `per_rank` bytes of HBM work on each group rank, issued at t0 (the
+        executor's rule): those that end after `floor` (the earliest any of the stage's data could move on) hold
+        up the clocks the chains wrote until their receiver's ends (`column`: the group rank of each clock column,
+        where the clocks are a representative's). Returns when the next stage starts."""
+        who = np.flatnonzero(per_rank)
+        if not len(who):
+            return t_end
+        ends = self.use(who, per_rank[who], t0)
+        top = float(ends.max())
+        if top > floor:
+            hbm = np.full(len(per_rank), -np.inf)
+            hbm[who] = ends
+            clocks.raise_to(chains, (hbm if column is None else hbm[column])[chains[2]])
+        return max(t_end, top)
 
     def commit(self, label: str, tags) -> None:
         self.queue.free_at[self.ranks] = self.free
@@ -344,3 +386,36 @@ class Rails:
         self.solves = every.solves
         nics = len(pair_route)
         return [np.r_[finish[:first], finish[first + r * nics:first + (r + 1) * nics]] for r in range(self.rails)]
+
+
+class Clocks:
+    """The executor's latency clocks (chains.chain_step) of a closed form's representative ranks: one set while
+    every channel (or rail) agrees, one per channel while their costs have made them differ."""
+
+    def __init__(self, rows: int, n: int, t0: float):
+        self.sets = [np.full((rows, n), t0)]
+        self._index = BoundedCache(4, 1 << 30)
+
+    def advance(self, chains: tuple, costs: list[np.ndarray], t0: float) -> None:
+        """One stage: `costs` per flow, one array for every channel or one per channel."""
+        if len(self.sets) == 1 and len(costs) > 1:
+            after = [chain_step(self.sets[0].copy(), chains, c, t0, BoundedCache(4, 1 << 30)) for c in costs]
+            self.sets = after[:1] if all(np.array_equal(a, after[0]) for a in after[1:]) else after
+        else:
+            self.sets = [chain_step(r, chains, costs[k % len(costs)], t0, self._index) for k, r in enumerate(self.sets)]
+
+    def raise_to(self, chains: tuple, floor_of_receiver: np.ndarray) -> None:
+        """Fused reductions that end late: each clock the chains wrote is at least its receiver's reduction end
+        (floor_of_receiver, one per chain entry)."""
+        for clocks in self.sets:
+            fdst = chains[0] * clocks.shape[1] + chains[2]
+            flat = clocks.reshape(-1)
+            flat[fdst] = np.maximum(flat[fdst], floor_of_receiver)
+
+    def settle(self) -> None:
+        """The channels' clocks as one set again where they agree."""
+        if len(self.sets) > 1 and all(np.array_equal(r, self.sets[0]) for r in self.sets[1:]):
+            self.sets = self.sets[:1]
+
+    def latest(self) -> float:
+        return max(float(r.max()) for r in self.sets)

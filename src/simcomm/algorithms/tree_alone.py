@@ -12,14 +12,13 @@ channel's turn, so channel 0 stands for all: its clocks are the others' turned. 
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from ..engine.cache import BoundedCache
 from ..engine.resources import reduction_bytes
-from .executor import _chain
-from .hierarchical import node_grid
 from .plan import Collective
-from .symmetric import Bookings, Flows, NotSymmetric, Rails, Reduced, merge
+from .symmetric import Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, Rails, Reduced, merge
 from .tree_shape import dtree_parents, head_stride, tree_channels
 from .tree_schedule import _Edges, choose_slices, depths
 
@@ -63,26 +62,11 @@ class _Node:
         self.nvlink = set(up.tolist()) | set(down.tolist())
 
 
-def alone(sim, coll: Collective, proto, label: str, tags) -> float | None:
-    """Time the tree all-reduce `coll` from now in closed form (see the module docstring); returns when it ends
-    (every clock), or None where the symmetry does not hold (nothing is booked then)."""
-    try:
-        return _Run(sim, coll, proto, label, tags).run()
-    except NotSymmetric:
-        return None
-
-
 class _Run:
     def __init__(self, sim, coll: Collective, proto, label: str, tags):
         cluster = sim.cluster
         self.sim, self.coll, self.proto, self.label, self.tags = sim, coll, proto, label, tags
-        if coll.kind != "all_reduce" or coll.n < 2 or not np.isinf(proto.max_rate) or \
-                not cluster.device.fused_reduction:
-            raise NotSymmetric("only the fused, uncapped all-reduce")
-        rpn = cluster.ranks_per_node
-        grid = node_grid(coll.ranks, rpn)
-        if grid is None or not (np.diff(coll.ranks[grid], axis=1) > 0).all():
-            raise NotSymmetric("the group must be whole nodes")
+        grid = whole_nodes(cluster, coll)
         nn, ppn = grid.shape
         channels = tree_channels(coll, nn, ppn)
         stride = head_stride(coll, nn, ppn)
@@ -159,8 +143,7 @@ class _Run:
         agree again."""
         sim, coll, e = self.sim, self.coll, self.edges
         t = float(sim.now)
-        ready = [np.full((4, coll.n), t)]  # one per channel while they differ, else channel 0's alone
-        cache = BoundedCache(4, 1 << 30)
+        clocks = Clocks(4, coll.n, t)
         latency = np.where(self.inter, self.hop_net, self.node.intra_latency + self.hop_intra)
         if self.nn > 1:
             inter = self.edge_pair_of >= 0
@@ -176,25 +159,18 @@ class _Run:
             nbytes = self.slice_bytes[j[active]]
             flows, reduced, edge_flow, nic, count = self._stage(active, j[active])
             full_flows += count
-            chains = _Chains((e.wrow[active], e.src[active], e.dst[active], np.arange(len(active)), e.rrow[active]))
+            chains = (e.wrow[active], e.src[active], e.dst[active], np.arange(len(active)), e.rrow[active])
             rails = self.rails.finish(t, flows, reduced, nic) if nic is not None else [reduced.finish(t, flows)]
-            finish = np.concatenate(rails)
             costs = [r[edge_flow] - t + latency[active] for r in rails]
-            t_end, floor = float(finish.max()), t + min(float(c.min()) for c in costs)
-            if len(ready) == 1 and len(costs) > 1:  # the rails' costs differ: do the clocks?
-                after = [_chain(ready[0].copy(), chains, c, t, BoundedCache(4, 1 << 30)) for c in costs]
-                ready = after[:1] if all(np.array_equal(a, after[0]) for a in after[1:]) else after
-            else:
-                ready = [_chain(r, chains, costs[k % len(costs)], t, cache) for k, r in enumerate(ready)]
-            t = self._reduce(active, nbytes, ready, chains.chains, t, floor, t_end)
-            if len(ready) > 1 and all(np.array_equal(r, ready[0]) for r in ready[1:]):
-                ready = ready[:1]
-            self.sim.network.stats["solves"] += reduced.solves
+            floor = t + min(float(c.min()) for c in costs)
+            clocks.advance(chains, costs, t)
+            t = self._reduce(active, nbytes, clocks, chains, t, floor, max(float(r.max()) for r in rails))
+            clocks.settle()
+            sim.network.stats["solves"] += reduced.solves
         self.memory.commit(f"{self.label} reduce", self.tags)
-        stats = self.sim.network.stats
-        stats["flows"] += int(full_flows)
-        stats["closed_form"] += 1
-        return max(max(float(r.max()) for r in ready), t)
+        sim.network.stats["flows"] += int(full_flows)
+        sim.network.stats["closed_form"] += 1
+        return max(clocks.latest(), t)
 
     def _stage(self, active: np.ndarray, j: np.ndarray):
         """The stage's flows on the reduced links (NVLink of one node per kind with every channel's chain edges,
@@ -240,7 +216,7 @@ class _Run:
         reduced = Reduced(self.capacity, route_links)  # one route per row of each block
         return Flows(flow_route, np.concatenate(weight), np.concatenate(wire)), reduced, edge_flow, nic, full
 
-    def _reduce(self, active, nbytes, ready, chains, t0: float, floor: float, t_end: float) -> float:
+    def _reduce(self, active, nbytes, clocks, chains, t0: float, floor: float, t_end: float) -> float:
         """The stage's reductions (every channel's up edges, channel 0's turned, on each receiver's memory) and
         the executor's rule for fused ones; returns when the next stage starts."""
         e = self.edges
@@ -254,23 +230,8 @@ class _Run:
             total += np.roll(per_local, c * self.stride, axis=1)
         per_rank = np.zeros(self.coll.n)
         per_rank[self.grid] = total
-        who = np.flatnonzero(per_rank)
-        if not len(who):
-            return t_end
-        ends = self.memory.use(who, per_rank[who], t0)
-        top = float(ends.max())
-        if top > floor:
-            hbm = np.full(self.coll.n, -np.inf)
-            hbm[who] = ends
-            fdst = chains[0] * self.coll.n + chains[2]
-            for clocks in ready:
-                flat = clocks.reshape(-1)
-                flat[fdst] = np.maximum(flat[fdst], hbm[chains[2]])
-        return max(t_end, top)
+        return self.memory.reductions(per_rank, t0, floor, t_end, clocks, chains)
 
 
-class _Chains:
-    """What executor._chain reads of a step: its chains."""
-
-    def __init__(self, chains):
-        self.chains = chains
+# The tree all-reduce's closed form: when it ends, or None where the symmetry does not hold.
+alone = partial(attempt, _Run)

@@ -318,8 +318,8 @@ def _peers(args) -> int:
             print(f"{r['ranks']:>6} {size:>9}  failed: {r.get('simcomm_error') or r.get('smpi_error')}")
             continue
         target = SMPI_TARGETS.get(r["ranks"])
-        met = "" if target is None else (f"  <= {target}x wall, <= 1x memory: "
-                                         f"{'met' if r['wall_ratio'] <= target and r['memory_ratio'] <= 1 else 'NOT MET'}")
+        ok = target is not None and r["wall_ratio"] <= target and r["memory_ratio"] <= 1
+        met = "" if target is None else f"  <= {target}x wall, <= 1x memory: {'met' if ok else 'NOT MET'}"
         print(f"{r['ranks']:>6} {size:>9} {r['simcomm_wall_seconds']:>10.2f} {r['smpi_wall_seconds']:>8.2f} "
               f"{r['wall_ratio']:>6.2f} {r['simcomm_peak_mb']:>11.0f} {r['smpi_peak_mb']:>8.0f} "
               f"{r['memory_ratio']:>6.2f}  {r['simcomm_simulated_us']:.1f} / {r['smpi_simulated_us']:.1f}{met}")
