@@ -77,9 +77,9 @@ def _fill(lengths: np.ndarray, pair_link_global: np.ndarray, counts: np.ndarray,
 
 
 def _drop_dominated(lengths, pair_class, pair_link, weight, capacity):
-    """Leave out the links only one class crosses, except its narrowest: such links carry the same load, so the
-    narrowest always has the smallest share and saturates first (its residual stays the smallest: the same
-    amounts come off each), and the others never decide a round. A 131,072-GPU step whose every flow crosses
+    """Leave out the links only one class crosses, except one of its narrowest: such links carry the same load, so
+    the narrowest always has the smallest share and saturates first (its residual stays the smallest: the same
+    amounts come off each; equal ones saturate together), and the others never decide a round. A 131,072-GPU step whose every flow crosses
     six links of its own then fills over about a third of the pairs; the rates are the same floats."""
     private = np.bincount(pair_link, minlength=len(capacity))[pair_link] == 1
     if not private.any():
@@ -89,5 +89,9 @@ def _drop_dominated(lengths, pair_class, pair_link, weight, capacity):
     starts = (np.cumsum(lengths) - lengths)[nonempty]
     narrowest = np.full(len(lengths), np.inf)
     narrowest[nonempty] = np.minimum.reduceat(own, starts)
-    keep = ~private | (own <= narrowest[pair_class])
+    # one narrowest private link per class (equal ones saturate together: the same floats come off each)
+    index = np.where(private & (own == narrowest[pair_class]), np.arange(len(own)), len(own))
+    first = np.full(len(lengths), len(own))
+    first[nonempty] = np.minimum.reduceat(index, starts)
+    keep = ~private | (np.arange(len(own)) == first[pair_class])
     return pair_class[keep], pair_link[keep], weight[keep]
