@@ -228,7 +228,7 @@ class Overloaded(Exception):
 class Rails:
     """A tree's NIC traffic over the nodes, one rail standing for all: rail r joins node k's local heads[r] to
     node p's. Reduced links (after `base` NVLink ones): each node's path from its rail-0 head to its NIC and up
-    (nic_out, lo links) and back down from the NIC (nic_back, lb links). Every rail's path must have the same
+    (nic_out, its narrowest link) and back down from the NIC (nic_back). Every rail's path must have the same
     figures and share no link with another rail or with `nvlink`; each node pair's route latency and whether it
     reaches the spines must be alike on every rail (else NotSymmetric)."""
 
@@ -237,7 +237,11 @@ class Rails:
         self.nn = nn = len(grid)
         self.rails = len(heads)
         out_cap, back_cap = self._paths(cluster, grid, ranks, heads, nvlink)
-        self.lo, self.lb = lo, lb = len(out_cap), len(back_cap)
+        # A node's path out (to its NIC, up its port) carries exactly the node's flows on the rail, every link of
+        # it the same load: only its narrowest can bind (ties saturate together), so it stands for the path; the
+        # same for the path in.
+        out_cap, back_cap = out_cap.min(keepdims=True), back_cap.min(keepdims=True)
+        self.lo, self.lb = lo, lb = 1, 1
         self.base = len(base)
         self.nic_out = np.arange(nn)[:, None] * (lo + lb) + np.arange(lo)[None, :] + self.base
         self.nic_back = np.arange(nn)[:, None] * (lo + lb) + lo + np.arange(lb)[None, :] + self.base
