@@ -401,7 +401,15 @@ class Clocks:
         self._index = BoundedCache(4, 1 << 30)
 
     def advance(self, chains: tuple, costs: list[np.ndarray], t0: float) -> None:
-        """One stage: `costs` per flow, one array for every channel or one per channel."""
+        """One stage from t0: `costs` per flow, one array for every channel or one per channel.
+
+        A clock no later than t0 can no longer matter (every read takes max(clock, t0), every write the max with
+        an arrival after t0, and the collective ends after t0), so while the channels differ their clocks are
+        raised to t0 first, and the channels whose pasts have stopped mattering become one again."""
+        if len(self.sets) > 1:
+            for clocks in self.sets:
+                np.maximum(clocks, t0, out=clocks)
+            self.settle()
         if len(self.sets) == 1 and len(costs) > 1:
             after = [chain_step(self.sets[0].copy(), chains, c, t0, BoundedCache(4, 1 << 30)) for c in costs]
             self.sets = after[:1] if all(np.array_equal(a, after[0]) for a in after[1:]) else after
