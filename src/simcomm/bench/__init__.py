@@ -108,24 +108,25 @@ def bench_rank_program(ranks: int = 256, count: int = MiB, size_only: bool = Fal
 
 
 def bench_training(size_only: bool = True) -> dict:
-    """The numeric training rank program (parallel/parallelize.py) at scale without data, or small with data."""
+    """The numeric training rank program (parallel/numeric_training.py) at scale without data, or small with
+    data."""
     from ..distributed.spawn import spawn
+    from ..parallel import TrainingConfig, build_layout
     from ..parallel.model.config import TransformerConfig, model_preset
-    from ..parallel.parallelize import train
-    from ..parallel.train_config import TrainConfig
+    from ..parallel.numeric_training import train
     if size_only:
-        cfg = TrainConfig(model_preset("gpt3-1.3b"), tensor_model_parallel_size=2, sequence_parallel=True,
-                          pipeline_model_parallel_size=4, data_parallel_size=8, global_batch_size=64,
-                          micro_batch_size=1, overlap_grad_reduce=True, size_only=True, params_dtype="bfloat16")
+        layout = build_layout(model_preset("gpt3-1.3b"), TrainingConfig(
+            tensor_model_parallel_size=2, sequence_parallel=True, pipeline_model_parallel_size=4, global_batch_size=64,
+            micro_batch_size=1, overlap_grad_reduce=True, size_only=True, params_dtype="bfloat16"), 64)
     else:
         tiny = TransformerConfig(num_layers=2, hidden_size=16, num_attention_heads=4, seq_length=8,
                                  padded_vocab_size=32)
-        cfg = TrainConfig(tiny, tensor_model_parallel_size=2, context_parallel_size=2, pipeline_model_parallel_size=2,
-                          data_parallel_size=2, global_batch_size=8, micro_batch_size=2, data_parallel="zero1",
-                          train_iters=3)
-    r = spawn(train, args=(cfg,), nprocs=cfg.world_size, detail="steps")
+        layout = build_layout(tiny, TrainingConfig(
+            tensor_model_parallel_size=2, context_parallel_size=2, pipeline_model_parallel_size=2,
+            global_batch_size=8, micro_batch_size=2, use_distributed_optimizer=True, train_iters=3), 16)
+    r = spawn(train, args=(layout,), nprocs=layout.world_size, detail="steps")
     colls = sum(1 for a in r.timeline if a.kind == "collective")
-    return {"ranks": cfg.world_size, "layout": cfg.dims.describe(), "rank_collectives": colls,
+    return {"ranks": layout.world_size, "layout": layout.dims.describe(), "rank_collectives": colls,
             "sim_seconds": r.elapsed, **r.stats()}
 
 

@@ -15,7 +15,6 @@ return_params=True the weights themselves.
 - pipeline_parallelism: each rank holds num_layers / world consecutive layers; microbatches flow forward with
   send/recv and their gradients flow back, in GPipe's order (schedules.gpipe: every forward, then every backward).
 
-`gpt_training` is the numeric GPT of parallel/parallelize.py in any tp x cp x dp x pp layout, for scenarios.
 """
 from __future__ import annotations
 
@@ -179,19 +178,3 @@ EXAMPLES = {"data_parallelism": data_parallelism, "tensor_parallelism": tensor_p
 def run_example(rank: int, dist, name: str, *args) -> dict:
     """EXAMPLES[name](rank, *args) with `dist` (for backends.torch_runner.compare, which passes dist)."""
     return EXAMPLES[name](rank, *args, return_params=True, dist=dist)
-
-
-# ---- the numeric GPT, for scenarios --------------------------------------------------------------------------
-def gpt_training(rank: int, settings: dict | None = None) -> dict:
-    """Train the numeric GPT (parallel/parallelize.py) with `settings`: TrainConfig fields (Megatron names) and
-    `model`, a preset name or a dict of TransformerConfig fields. Returns the rank's losses and state bytes."""
-    from .model.config import TransformerConfig, model_preset
-    from .parallelize import train
-    from .train_config import TrainConfig
-    settings = dict(settings or {})
-    model = settings.pop("model", {"num_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
-                                   "seq_length": 16, "padded_vocab_size": 64})
-    model = model_preset(model) if isinstance(model, str) else TransformerConfig(**model)
-    cfg = TrainConfig(model, **settings)
-    out = train(rank, cfg)
-    return {"loss": out["loss"], "coords": out["coords"], "state_bytes": out["state_bytes"]}

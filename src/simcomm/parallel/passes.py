@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model.flops import attention_params, mlp_params, norm_params
 from .model.memory import stage_parameters
 from .templates import Template
 
@@ -50,16 +49,12 @@ class Bucket:
     layers: tuple[int, ...]
 
 
-def layer_params_per_gpu(model, tp: int) -> float:
-    return (attention_params(model) + mlp_params(model)) / tp + norm_params(model)
-
-
 def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]) -> Pass:
     """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` from templates `t` (keys
     layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
     output.forward/backward)."""
-    cfg, model = layout.config, layout.model
-    per_layer = layer_params_per_gpu(model, layout.dims.tp)
+    cfg = layout.config
+    per_layer = layout.layer_params
     params = stage_parameters(layout, rank)
     layers = layout.layers_of(rank, chunk)
     seq: list[tuple[int, Template, str, float]] = []
@@ -97,13 +92,6 @@ def recomputed(cfg, position: int) -> bool:
     if cfg.recompute_granularity != "full":
         return False
     return cfg.recompute_method == "uniform" or position < (cfg.recompute_num_layers or 0)
-
-
-def default_bucket_size(cfg, dp_cp: int) -> float | None:
-    """Megatron-LM's: max(40M, 1M x data-parallel size) parameters with overlap_grad_reduce; one bucket without."""
-    if cfg.bucket_size:
-        return float(cfg.bucket_size)
-    return float(max(40_000_000, 1_000_000 * dp_cp)) if cfg.overlap_grad_reduce else None
 
 
 def buckets(backward: Pass, size: float | None) -> list[Bucket]:

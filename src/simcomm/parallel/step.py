@@ -31,7 +31,7 @@ from .compute_model import ComputeModel
 from .model import layer_ops as ops
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
-from .passes import Bucket, Pass, build_pass, buckets, default_bucket_size, layer_params_per_gpu
+from .passes import Bucket, Pass, build_pass, buckets
 from .pipeline_parallel.schedules import FORWARD
 from .step_result import CATEGORIES, StepResult
 from .templates import TemplateRunner
@@ -94,9 +94,7 @@ class StepModel:
         self.detail, self.reuse = detail, reuse
         self.templates = templates or TemplateCache(cluster)
         self.check_memory = check_memory
-        c = self.cfg
-        self.shape = ops.LayerShape(layout.model, self.dims.tp, self.dims.cp, c.sp, c.micro_batch_size,
-                                    c.use_flash_attn, c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
+        self.shape = layout.layer_shape
 
     # ---- memory ----------------------------------------------------------------------------------------------
     def memory(self) -> list:
@@ -129,7 +127,7 @@ class StepModel:
         reps = self._dp_representatives(traffic, notes)
         self._check_replay(traffic, stage_ranks, reps, notes)
         dp_groups = [[dims.grid[r, :, :, t].reshape(-1) for t in reps] for r in range(pp)]
-        bsize = default_bucket_size(cfg, dims.dp * dims.cp)
+        bsize = L.bucket_size
         bks = {(r, c): buckets(passes[(r, c, "B")], bsize) for r in range(pp) for c in range(v)}
         act_bytes = self.shape.sp_tokens * L.model.hidden_size * self.shape.elem
         acc = [{k: 0.0 for k in CATEGORIES} for _ in range(pp)]
@@ -355,7 +353,7 @@ class StepModel:
                     n = 0.0  # the layer's backward right after shares this gather
                 else:
                     n = params["embedding"] if x.layer == -1 else params["output"] if x.layer == -2 else \
-                        layer_params_per_gpu(L.model, self.dims.tp)
+                        L.layer_params
                 if n:
                     prev = dp_op(r, "all_gather", cfg.param_bytes, n, [],
                                  {"chunk": a.chunk, "layer": x.layer, "microbatch": a.microbatch,
@@ -463,7 +461,7 @@ class StepModel:
                                    f"{step_time} s")
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
-                          dict(traffic.stats), per_stage, list(ends))
+                          dict(traffic.stats), per_stage, list(ends), traffic.s.sim)
 
 
 def _label(a, tags) -> str:

@@ -39,6 +39,7 @@ class StepResult:
     traffic: dict = field(default_factory=dict)
     passes: dict = field(default_factory=dict)  # per stage: its forward and backward passes' seconds
     finish: list = field(default_factory=list)  # per stage: when its last work (the optimizer, gathers) ended
+    simulation: object = field(default=None, repr=False, compare=False)  # the engine it ran on (its records)
 
     @property
     def breakdown(self) -> dict[str, float]:

@@ -3,14 +3,14 @@ communication (reduce.py), all behind the parameter-store interface a GPTChunk u
 from .ddp import DDPStore
 from .zero import ZeroStore
 
-MODES = ("ddp", "zero1", "zero2", "zero3")
 
 
-def make_store(mode: str, *args, **kwargs):
-    """A store for data_parallel mode 'ddp', 'zero1', 'zero2' or 'zero3' (arguments as DataParallelStore)."""
-    if mode == "ddp":
+def make_store(zero_stage: int, *args, **kwargs):
+    """A store for ZeRO stage 0 (DDP), 1 (the distributed optimizer), 2 or 3 (FSDP); arguments as
+    DataParallelStore."""
+    if zero_stage == 0:
         return DDPStore(*args, **kwargs)
-    return ZeroStore(int(mode[-1]), *args, **kwargs)
+    return ZeroStore(zero_stage, *args, **kwargs)
 
 
-__all__ = ["DDPStore", "MODES", "ZeroStore", "make_store"]
+__all__ = ["DDPStore", "ZeroStore", "make_store"]

@@ -35,6 +35,11 @@ def layer_params(c: TransformerConfig) -> int:
     return attention_params(c) + mlp_params(c) + norm_params(c)
 
 
+def layer_params_per_gpu(c: TransformerConfig, tp: int) -> float:
+    """One layer's parameters on one GPU of a TP group: its matrices (and their biases) split, its norms whole."""
+    return (attention_params(c) + mlp_params(c)) / tp + norm_params(c)
+
+
 def embedding_params(c: TransformerConfig) -> int:
     """Input embedding table (V h) plus learned positions (s h) when used."""
     pos = c.seq_length * c.hidden_size if c.position_embedding_type == "learned_absolute" else 0

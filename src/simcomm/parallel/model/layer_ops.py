@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import TransformerConfig
+from .layer import LayerShape
 
 GEMM, ATTENTION, MEMORY = "gemm", "attention", "memory"
 
@@ -54,30 +54,6 @@ class Comm:
 class Step:
     compute: tuple[Kernel, ...] = ()
     comm: tuple[Comm, ...] = ()
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """Everything the kernels depend on (hashable: programs are cached by it)."""
-
-    model: TransformerConfig
-    tp: int
-    cp: int
-    sp: bool
-    micro_batch_size: int
-    flash: bool = True
-    tp_comm_overlap: bool = False
-    elem: int = 2  # activation bytes
-
-    @property
-    def tokens(self) -> int:
-        """Tokens each GPU holds between the TP collectives: b s / cp."""
-        return self.micro_batch_size * self.model.seq_length // self.cp
-
-    @property
-    def sp_tokens(self) -> int:
-        """Tokens of the norms, dropouts and residual adds: T / t with sequence parallelism."""
-        return self.tokens // self.tp if self.sp else self.tokens
 
 
 def _mem(name: str, nbytes: float, cls: str = "elementwise") -> Kernel:

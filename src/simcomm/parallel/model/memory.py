@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from ...errors import OutOfMemoryError
 from ...units import format_size
 from ..pipeline_parallel.schedules import FORWARD
-from .flops import attention_params, embedding_params, mlp_params, norm_params
-from .layer_ops import LayerShape
+from .flops import embedding_params
+from .layer import LayerShape
 
 
 # ---- model state -----------------------------------------------------------------------------------------------
@@ -47,9 +47,8 @@ def stage_parameters(layout, rank: int) -> dict[str, float]:
     """Parameters one GPU of pipeline rank `rank` holds: decoder layers (TP-split matrices, replicated norms),
     the embedding on the first rank, the output layer on the last (tied weights: a copy when pp > 1)."""
     c, tp = layout.model, layout.dims.tp
-    per_layer = (attention_params(c) + mlp_params(c)) / tp + norm_params(c)
     layers = sum(len(layout.layers_of(rank, ch)) for ch in range(layout.chunks))
-    out = {"layers": layers * per_layer, "embedding": 0.0, "output": 0.0}
+    out = {"layers": layers * layout.layer_params, "embedding": 0.0, "output": 0.0}
     table = c.padded_vocab_size * c.hidden_size / tp
     if rank == 0:
         out["embedding"] = table + (embedding_params(c) - c.padded_vocab_size * c.hidden_size)
@@ -164,8 +163,8 @@ def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
     if rank == layout.dims.pp - 1:
         out["logits"] = shape.tokens * c.padded_vocab_size / shape.tp * (shape.elem + 4)
     if cfg.stage == 3:
-        layer = (attention_params(c) + mlp_params(c)) / layout.dims.tp + norm_params(c)
-        out["zero3_gathered_parameters"] = 2 * layer * cfg.param_bytes  # the unit in use and the prefetched one
+        # the unit in use and the prefetched one
+        out["zero3_gathered_parameters"] = 2 * layout.layer_params * cfg.param_bytes
     return out
 
 
@@ -196,8 +195,7 @@ def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
 def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> StageMemory:
     """Peak memory of one GPU of pipeline rank `rank` under the layout's schedule."""
     cfg, dims = layout.config, layout.dims
-    shape = LayerShape(layout.model, dims.tp, dims.cp, cfg.sp, cfg.micro_batch_size, cfg.use_flash_attn,
-                       cfg.tp_comm_overlap, 4 if cfg.param_bytes == 4 else 2)
+    shape = layout.layer_shape
     params = stage_parameters(layout, rank)
     n = sum(params.values())
     per = bytes_per_parameter(cfg.param_bytes, cfg.grad_bytes, cfg.stage, dims.dp * dims.cp)

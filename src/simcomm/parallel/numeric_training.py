@@ -1,5 +1,5 @@
-"""tp x cp x dp x pp on one rank grid (ParallelDims, Megatron's order): the rank program that trains the numeric
-GPT with every parallelism composed.
+"""Numeric training: the rank program that trains the numeric GPT with every parallelism composed, tp x cp x dp x pp
+on one rank grid (ParallelDims, Megatron's order), from the same Layout the step model costs (layout.py).
 
 Each rank builds its share of the model: the virtual pipeline stages it holds (GPTChunks), each with tensor-
 parallel mappings over its TP group, ring attention over its CP group, and a data-parallel store (DDP or ZeRO-1/2/3)
@@ -8,8 +8,9 @@ see different tokens). A step runs the pipeline schedule, then finishes the grad
 the sequence-parallel gradients over TP and the tied embedding over the first and last stage, and steps the
 optimizer.
 
-    result = simcomm.spawn(train, args=(cfg,), nprocs=cfg.world_size)      # on the simulator
-    compare(train_with, (cfg,), nprocs=cfg.world_size)                     # and against real gloo
+    layout = build_layout(model, TrainingConfig(...), world_size=8)
+    result = simcomm.spawn(train, args=(layout,), nprocs=layout.world_size)   # on the simulator
+    compare(train_with, (layout,), nprocs=layout.world_size)                  # and against real gloo
 """
 from __future__ import annotations
 
@@ -20,29 +21,29 @@ from .comm import Comm
 from .context_parallel import RingAttention, load_balanced_positions
 from .data_parallel import make_store
 from .data_parallel.reduce import all_reduce_held
+from .config import TrainingConfig
 from .dims import Axis, LayoutError
+from .layout import Layout, build_layout
 from .model.gpt import WORD, ChunkContext, GPTChunk, NoTensorParallel, init_params, local_shape, param_specs, shard
 from .model.tensor import Meta, is_meta, value
 from .pipeline_parallel.p2p import StageLinks
 from .pipeline_parallel.runner import PipelineRunner
-from .pipeline_parallel.schedules import schedule
 from .tensor_parallel import TensorParallel
-from .train_config import TrainConfig
 
 
 class RankGroups:
     """Every process group of the layout, created on every rank in the same order; this rank's ones kept."""
 
-    def __init__(self, comm: Comm, cfg: TrainConfig, rank: int):
-        dims = cfg.dims
-        grid = dims.grid
+    def __init__(self, comm: Comm, layout: Layout, rank: int):
+        dims = layout.dims
         self.ranks: dict[str, list[int]] = {}
         self.groups: dict[str, object] = {}
         layouts = {a.value: dims.groups(a) for a in (Axis.TP, Axis.CP, Axis.DP, Axis.PP)}
         # the gradient-reduction group: dp x cp ranks with the same (pp, tp)
-        layouts["dp_cp"] = np.moveaxis(grid, 3, 1).reshape(dims.pp * dims.tp, dims.dp * dims.cp)
-        if dims.pp > 1 and not cfg.model.untie_embeddings_and_output_weights:
-            layouts["embedding"] = np.stack([grid[0].reshape(-1), grid[-1].reshape(-1)], axis=1)
+        layouts["dp_cp"] = dims.groups(Axis.DP, Axis.CP)
+        if dims.pp > 1 and not layout.model.untie_embeddings_and_output_weights:
+            layouts["embedding"] = np.stack([dims.ranks(pp=0).reshape(-1), dims.ranks(pp=dims.pp - 1).reshape(-1)],
+                                            axis=1)
         for name, rows in layouts.items():
             for row in rows:
                 members = [int(r) for r in row]
@@ -60,57 +61,64 @@ class RankGroups:
 class RankTrainer:
     """One rank's model chunks, stores and pipeline runner."""
 
-    def __init__(self, comm: Comm, cfg: TrainConfig):
-        if comm.world_size != cfg.world_size:
-            raise LayoutError(f"the layout {cfg.dims.describe()} needs {cfg.world_size} ranks; the job has "
+    def __init__(self, comm: Comm, layout: Layout):
+        if comm.world_size != layout.world_size:
+            raise LayoutError(f"the layout {layout.dims.describe()} needs {layout.world_size} ranks; the job has "
                               f"{comm.world_size}")
-        self.comm, self.cfg = comm, cfg
-        rank, dims, m = comm.rank, cfg.dims, cfg.model
+        cfg, dims, m = layout.config, layout.dims, layout.model
+        self.comm, self.layout, self.cfg = comm, layout, cfg
+        rank = comm.rank
         self.coords = {a.value: i for a, i in dims.coords(rank).items()}
-        self.groups = g = RankGroups(comm, cfg, rank)
-        t, c, p, v = dims.tp, dims.cp, dims.pp, cfg.virtual_pipeline_model_parallel_size
+        self.groups = g = RankGroups(comm, layout, rank)
+        t, c = dims.tp, dims.cp
         self.tp = TensorParallel(comm, g.groups.get("tp"), t, self.coords["tp"], cfg.sequence_parallel) if t > 1 \
             else NoTensorParallel()
         self.positions = load_balanced_positions(m.seq_length, c, self.coords["cp"])
-        attention = RingAttention(comm, g.ranks["cp"], self.coords["cp"], m.seq_length, comm.fl) if c > 1 else None
+        self.attention = RingAttention(comm, g.ranks["cp"], self.coords["cp"], m.seq_length, comm.fl) if c > 1 \
+            else None
         self.specs = param_specs(m)
-        self.dtype = dtype = cfg.numpy_dtype  # bfloat16 (size-only runs only) is held as float16: same bytes
-        full = None if cfg.size_only else init_params(m, cfg.seed, dtype)
-        optimizer = cfg.make_optimizer()
-        tied_across_stages = "embedding" in g.ranks
-        per_stage = m.num_layers // (p * v)
+        self.dtype = cfg.numpy_dtype  # bfloat16 (size-only runs only) is held as float16: same bytes
+        full = None if cfg.size_only else init_params(m, cfg.seed, self.dtype)
         self.chunks, self.stores = [], []
-        for chunk in range(v):
-            stage = chunk * p + self.coords["pp"]
-            ctx = ChunkContext(m, None, self.positions, self.tp, attention, comm.fl,
-                               not m.untie_embeddings_and_output_weights)
-            model = GPTChunk(range(stage * per_stage, (stage + 1) * per_stage), stage == 0, stage == p * v - 1, ctx)
-            units = model.param_names()
-            params = {n: Meta(local_shape(self.specs[n], t), dtype) if full is None else
-                      shard(full[n], self.specs[n], t, self.coords["tp"]) for names in units.values() for n in names}
-            ctx.store = make_store(cfg.data_parallel, comm, g.groups.get("dp_cp"), g.size("dp_cp"),
-                                   g.index("dp_cp", rank), units, params, self.specs, optimizer,
-                                   cfg.effective_bucket_size, cfg.overlap_grad_reduce,
-                                   alone={WORD} if tied_across_stages else set(), size_only=cfg.size_only)
+        for chunk in range(layout.chunks):
+            model, store = self._chunk(chunk, full)
             self.chunks.append(model)
-            self.stores.append(ctx.store)
+            self.stores.append(store)
         self.links = StageLinks(comm, g.ranks["pp"], self.coords["pp"])
-        self.micro = cfg.micro_batch_size_or_default
+        self.micro = cfg.micro_batch_size
         seq = m.seq_length // c // (t if cfg.sequence_parallel else 1)
-        like = Meta((1,), dtype) if cfg.size_only else np.zeros(1, dtype)
+        like = Meta((1,), self.dtype) if cfg.size_only else np.zeros(1, self.dtype)
         self.runner = PipelineRunner(comm, self.links, self.chunks, self.stores, (seq, self.micro, m.hidden_size),
                                      like)
-        self.actions = schedule(cfg.pipeline_schedule, p, cfg.num_microbatches, v)[self.coords["pp"]]
+        self.actions = layout.schedule[self.coords["pp"]]
+
+    def _chunk(self, chunk: int, full: dict | None):
+        """Model chunk `chunk` of this pipeline rank (the layers the layout gives it) and its parameter store."""
+        layout, cfg, m, g = self.layout, self.cfg, self.layout.model, self.groups
+        r, t = self.coords["pp"], layout.dims.tp
+        ctx = ChunkContext(m, None, self.positions, self.tp, self.attention, self.comm.fl,
+                           not m.untie_embeddings_and_output_weights)
+        layers = layout.layers_of(r, chunk)
+        model = GPTChunk(range(layers[0], layers[-1] + 1), layout.has_embedding(r, chunk),
+                         layout.has_output(r, chunk), ctx)
+        units = model.param_names()
+        params = {n: Meta(local_shape(self.specs[n], t), self.dtype) if full is None else
+                  shard(full[n], self.specs[n], t, self.coords["tp"]) for names in units.values() for n in names}
+        ctx.store = make_store(cfg.stage, self.comm, g.groups.get("dp_cp"), g.size("dp_cp"),
+                               g.index("dp_cp", self.comm.rank), units, params, self.specs, cfg.make_optimizer(),
+                               layout.bucket_size, cfg.overlap_grad_reduce,
+                               alone={WORD} if "embedding" in g.ranks else set(), size_only=cfg.size_only)
+        return model, ctx.store
 
     # ---- one step ----------------------------------------------------------------------------------------
     def _microbatches(self, step: int):
-        cfg, m = self.cfg, self.cfg.model
+        cfg, m = self.cfg, self.layout.model
         scale = 1.0 / (cfg.global_batch_size * m.seq_length)
         if cfg.size_only:
             ids = Meta((len(self.positions), self.micro), np.int64)
             return lambda _mb: (ids, ids, scale)
         ids, targets = data.batch(m, cfg.global_batch_size, step, cfg.data_seed)
-        first = self.coords["dp"] * (cfg.global_batch_size // cfg.dims.dp)
+        first = self.coords["dp"] * (cfg.global_batch_size // self.layout.dims.dp)
 
         def microbatch(mb):
             rows = slice(first + mb * self.micro, first + (mb + 1) * self.micro)
@@ -147,8 +155,8 @@ class RankTrainer:
                 params.update(local)
             shards.extend(store.shards())
         c = self.cfg
-        tokens = c.global_batch_size // c.dims.dp * len(self.positions)
-        full_share = c.global_batch_size * c.model.seq_length
+        tokens = c.global_batch_size // self.layout.dims.dp * len(self.positions)
+        full_share = c.global_batch_size * self.layout.model.seq_length
         return {"rank": self.comm.rank, "coords": self.coords,
                 "loss": [None if s is None else s * full_share / tokens for s in loss_shares],
                 "loss_share": loss_shares, "params": None if c.size_only else params,
@@ -157,16 +165,31 @@ class RankTrainer:
                                                                                             "optimizer")}}
 
 
-def train_with(rank: int, dist, cfg: TrainConfig) -> dict:
-    """Train cfg.train_iters steps on this rank with `dist` (simcomm.distributed or torch.distributed); returns
-    the rank's losses, parameters (or ZeRO-3 shards) and the bytes of state it keeps."""
+def train_with(rank: int, dist, layout: Layout) -> dict:
+    """Train layout.config.train_iters steps on this rank with `dist` (simcomm.distributed or torch.distributed);
+    returns the rank's losses, parameters (or ZeRO-3 shards) and the bytes of state it keeps."""
     comm = Comm(dist)
-    trainer = RankTrainer(comm, cfg)
-    shares = [trainer.step(s) for s in range(cfg.train_iters)]
+    trainer = RankTrainer(comm, layout)
+    shares = [trainer.step(s) for s in range(layout.config.train_iters)]
     comm.synchronize()
     return trainer.result(shares)
 
 
-def train(rank: int, cfg: TrainConfig) -> dict:
-    """The rank program for simcomm.spawn(train, args=(cfg,), nprocs=cfg.world_size)."""
-    return train_with(rank, None, cfg)
+def train(rank: int, layout: Layout) -> dict:
+    """The rank program for simcomm.spawn(train, args=(layout,), nprocs=layout.world_size)."""
+    return train_with(rank, None, layout)
+
+
+def gpt_training(rank: int, settings: dict | None = None) -> dict:
+    """Train the numeric GPT from a scenario's `args`: TrainingConfig fields (Megatron names), `model` (a preset
+    name or a dict of TransformerConfig fields) and `world_size` (default: every rank of the job). Returns the
+    rank's losses, coordinates and state bytes."""
+    from .. import distributed as dist
+    from .model.config import TransformerConfig, model_preset
+    settings = dict(settings or {})
+    model = settings.pop("model", {"num_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
+                                   "seq_length": 16, "padded_vocab_size": 64})
+    model = model_preset(model) if isinstance(model, str) else TransformerConfig(**model)
+    layout = build_layout(model, TrainingConfig(**settings), dist.get_world_size())
+    out = train(rank, layout)
+    return {"loss": out["loss"], "coords": out["coords"], "state_bytes": out["state_bytes"]}
