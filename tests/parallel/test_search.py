@@ -7,7 +7,7 @@ import pytest
 from simcomm.hardware import build_cluster
 from simcomm.parallel import TrainingConfig, model_preset
 from simcomm.parallel import search
-from simcomm.parallel.step import StepModel
+from simcomm.parallel.step_cost import StepModel
 
 
 @pytest.fixture(scope="module")

@@ -156,7 +156,7 @@ def bench_step(case: str) -> dict:
     cluster = build_cluster(preset, nodes=nodes)
     sim = StepModel(build_layout(model_preset(model), TrainingConfig(**settings), cluster.num_ranks), cluster)
     res = sim.run()
-    return {"ranks": cluster.num_ranks, "sim_seconds": res.step_time, "mfu": res.mfu, **sim.session.stats(),
+    return {"ranks": cluster.num_ranks, "sim_seconds": res.step_time, "mfu": res.mfu, **res.simulation.stats(),
             "collectives": res.traffic}
 
 

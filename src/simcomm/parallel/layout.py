@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from ..errors import SimcommError
 from .config import ConfigError, TrainingConfig
+from .data_parallel.sharding import Sharding, sharding
 from .dims import LayoutError, ParallelDims
 from .model.config import TransformerConfig
 from .model.flops import layer_params_per_gpu
@@ -54,6 +55,11 @@ class Layout:
     def data_parallel_shards(self) -> int:
         """Ranks that hold the same weights and share their gradients: dp x cp (Megatron widens DP by CP)."""
         return self.dims.dp * self.dims.cp
+
+    @property
+    def sharding(self) -> Sharding:
+        """What the data-parallel ranks shard (the config's ZeRO stage)."""
+        return sharding(self.config.stage)
 
     @property
     def bucket_size(self) -> int | None:

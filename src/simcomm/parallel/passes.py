@@ -1,11 +1,10 @@
-"""What one pipeline rank runs for one action of the schedule: a pass, the layer templates it is made of, and the
-gradient buckets its backward fills.
+"""What one pipeline rank runs for one action of the schedule in the step model: a pass, and the layer templates
+it is made of.
 
 A forward pass of model chunk c is the embedding (first virtual stage), the chunk's layers and the output layer
 with the loss (last virtual stage); a backward pass runs them in reverse, each recomputed layer's forward (full
-recomputation) or core attention (selective) right before its backward. Gradient buckets follow Megatron-LM's
-DistributedDataParallel: per model chunk, parameters in backward order, a new bucket once one holds
-`bucket_size` parameters (default max(40M, 1M x data-parallel size) with overlap_grad_reduce, else one bucket).
+recomputation) or core attention (selective) right before its backward. Each backward part says how many
+parameters' gradients it produces (the data-parallel buckets are made of them: data_parallel/timing.py).
 """
 from __future__ import annotations
 
@@ -37,16 +36,6 @@ class Pass:
     @property
     def layers(self) -> tuple[int, ...]:
         return tuple(p.layer for p in self.parts if p.layer >= 0 and p.phase != "recompute")
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """A gradient bucket: parameters, the offset in the backward pass at which its last gradient is ready, and
-    the layers (-1 embedding, -2 output) whose gradients it holds."""
-
-    params: float
-    ready: float
-    layers: tuple[int, ...]
 
 
 def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]) -> Pass:
@@ -92,16 +81,3 @@ def recomputed(cfg, position: int) -> bool:
     if cfg.recompute_granularity != "full":
         return False
     return cfg.recompute_method == "uniform" or position < (cfg.recompute_num_layers or 0)
-
-
-def buckets(backward: Pass, size: float | None) -> list[Bucket]:
-    """Gradient buckets of one chunk, in the order the backward fills them."""
-    out, acc, members = [], 0.0, []
-    grads = [p for p in backward.parts if p.params > 0]
-    for n, p in enumerate(grads):
-        acc += p.params
-        members.append(p.layer)
-        if (size is not None and acc >= size) or n == len(grads) - 1:
-            out.append(Bucket(acc, p.offset + p.template.duration, tuple(members)))
-            acc, members = 0.0, []
-    return out

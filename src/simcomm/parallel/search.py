@@ -36,7 +36,7 @@ from .dims import LayoutError
 from .model.memory import stage_memory
 from .pipeline_parallel.schedules import FORWARD, makespan, timeline
 from .passes import build_pass
-from .step import PROGRAMS, StepModel, TemplateCache, optimizer_seconds
+from .step_cost import PROGRAMS, StepModel, TemplateCache, optimizer_seconds
 from .config import TrainingConfig
 from .layout import build_layout
 from .templates import Template, kernel_seconds

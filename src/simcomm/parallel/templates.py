@@ -14,6 +14,7 @@ is made per distinct local layout of the stage's groups (nodes of a PCIe box are
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 
@@ -23,16 +24,16 @@ from .model.layer_ops import ATTENTION, GEMM, Comm, Kernel, Step
 
 @dataclass(frozen=True)
 class Segment:
-    """One kernel or transfer of a template, with offsets from the template's start."""
+    """One kernel or transfer of a template, with offsets from the template's start; a transfer keeps the kind
+    and the tags the Session recorded it with (collective, algorithm, protocol, dtype, op, axis)."""
 
     stream: str  # compute | tp | cp
     start: float
     end: float
     name: str
     nbytes: float = 0.0
-    collective: str = ""
-    algorithm: str = ""
-    protocol: str = ""
+    kind: str = "compute"  # compute | collective | p2p
+    tags: Mapping = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,15 +74,14 @@ class TemplateRunner:
             ops = [s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype, tags={"axis": "tp"})
                    for row in self.stage]
             yield s.all_of(ops)
-            rec = ops[0].record
             out.append(Segment("tp", ops[0].start - t0, max(o.end for o in ops) - t0, c.name, c.nbytes,
-                               rec.collective, rec.algorithm, rec.protocol))
+                               "collective", ops[0].record.tags))
             return
         src, dst = self.stage, np.roll(self.stage, -1, axis=0)  # each TP rank's ring over the CP ranks
         for i in range(c.steps):
             op = s.send(src.reshape(-1), dst.reshape(-1), c.nbytes, tags={"axis": "cp"})
             yield op
-            out.append(Segment("cp", op.start - t0, op.end - t0, f"{c.name} step {i + 1}", c.nbytes, "p2p"))
+            out.append(Segment("cp", op.start - t0, op.end - t0, f"{c.name} step {i + 1}", c.nbytes, "p2p", op.tags))
 
     def run(self, name: str, steps: list[Step]) -> Template:
         # A fresh simulation from time 0 for every program: its times then do not depend on what ran before

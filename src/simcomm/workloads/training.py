@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, create_model, field_validator
+from pydantic import BeforeValidator, PrivateAttr, create_model, field_validator
 
 from ..errors import SimcommError
 from ..fields import Base, Size, described
@@ -82,6 +82,8 @@ class _Model(Base):
     attention_dropout: float | None = described(None, "attention dropout probability", "number", ge=0, lt=1)
     hidden_dropout: float | None = described(None, "hidden dropout probability", "number", ge=0, lt=1)
 
+    _layout: tuple | None = PrivateAttr(default=None)  # (cluster, the layout built for it)
+
     @field_validator("model")
     @classmethod
     def _model(cls, v):
@@ -122,8 +124,11 @@ def config_of(spec, **overrides) -> TrainingConfig:
 
 
 def layout_of(spec, cluster) -> Layout:
-    """The scenario's layout on `cluster`; a ConfigError (or ModelConfigError) naming the field it is about."""
-    return build_layout(model_of(spec), config_of(spec), cluster.num_ranks)
+    """The scenario's layout on `cluster` (built once: the check keeps it for the run); a ConfigError (or
+    ModelConfigError) naming the field it is about."""
+    if spec._layout is None or spec._layout[0] is not cluster:
+        spec._layout = (cluster, build_layout(model_of(spec), config_of(spec), cluster.num_ranks))
+    return spec._layout[1]
 
 
 def _path_for(exc: SimcommError) -> tuple:
@@ -160,10 +165,10 @@ class TrainingWorkload(Workload):
                           check_memory=spec.check_memory)
         step = model.run()
         dims = layout.dims
-        traced = frozenset(int(x) for x in dims.grid[:, 0].reshape(-1))
-        rows = [{"stage": r, "gpu": int(dims.grid[r, 0, 0, 0]), "finish": step.finish[r], **b,
-                 "peak_memory": step.memory[r].peak} for r, b in enumerate(step.stages)]
-        result = TrainingResult(name, self.kind, cluster, rows, model.session.sim, notes=list(step.notes),
+        traced = frozenset(int(x) for x in dims.ranks(dp=0).reshape(-1))
+        rows = [{"stage": r, "gpu": m.gpu, "finish": step.finish[r], **b, "peak_memory": m.peak}
+                for r, (b, m) in enumerate(zip(step.stages, step.memory))]
+        result = TrainingResult(name, self.kind, cluster, rows, step.simulation, notes=list(step.notes),
                                 details={"step": step.as_dict()})
         result.traced = traced
         result.step = step

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ...errors import OutOfMemoryError
 from ...units import format_size
+from ..data_parallel.sharding import sharding
 from ..pipeline_parallel.schedules import FORWARD
 from .flops import embedding_params
 from .layer import LayerShape
@@ -32,13 +33,15 @@ def optimizer_bytes(param_bytes: int, grad_bytes: int, fp32_grad_copy: bool = Tr
 
 def bytes_per_parameter(param_bytes: int, grad_bytes: int, zero_stage: int, shards: int,
                         fp32_grad_copy: bool = True) -> dict[str, float]:
-    """{weights, gradients, optimizer_state} bytes per parameter under ZeRO stage 0-3 over `shards` ranks."""
+    """{weights, gradients, optimizer_state} bytes per parameter under ZeRO stage 0-3 over `shards` ranks (what
+    data_parallel/sharding.py says each stage shards)."""
     p, g, o = float(param_bytes), float(grad_bytes), float(optimizer_bytes(param_bytes, grad_bytes, fp32_grad_copy))
-    if zero_stage >= 1:
+    scheme = sharding(zero_stage)
+    if scheme.optimizer_state:
         o /= shards
-    if zero_stage >= 2:
+    if scheme.gradients:
         g /= shards
-    if zero_stage >= 3:
+    if scheme.weights:
         p /= shards
     return {"weights": p, "gradients": g, "optimizer_state": o}
 
@@ -162,7 +165,7 @@ def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
         out["recompute_working_set"] = n * layer_activation_bytes(shape)
     if rank == layout.dims.pp - 1:
         out["logits"] = shape.tokens * c.padded_vocab_size / shape.tp * (shape.elem + 4)
-    if cfg.stage == 3:
+    if layout.sharding.weights:
         # the unit in use and the prefetched one
         out["zero3_gathered_parameters"] = 2 * layout.layer_params * cfg.param_bytes
     return out
@@ -198,7 +201,7 @@ def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> Stage
     shape = layout.layer_shape
     params = stage_parameters(layout, rank)
     n = sum(params.values())
-    per = bytes_per_parameter(cfg.param_bytes, cfg.grad_bytes, cfg.stage, dims.dp * dims.cp)
+    per = bytes_per_parameter(cfg.param_bytes, cfg.grad_bytes, cfg.stage, layout.data_parallel_shards)
     cats = {k: v * n for k, v in per.items()}
     if fp8:
         cats["weights"] += 2 * n  # FP8 copies of the weights and their transposes (Transformer Engine)
@@ -214,7 +217,7 @@ def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> Stage
     cats["reserved"] = float(cfg.memory_reserved)
     allocated = sum(v for k, v in cats.items() if k != "reserved")
     cats["fragmentation"] = allocated * cfg.memory_fragmentation
-    gpu = int(dims.grid[rank, 0, 0, 0])
+    gpu = int(dims.ranks(pp=rank, dp=0, cp=0, tp=0))
     details = {"activations_per_microbatch": per_chunk, "transient_detail": transient,
                "bytes_per_parameter": per, "parameters_detail": params}
     return StageMemory(rank, gpu, cats, float(capacity), peak_count, n, details)
