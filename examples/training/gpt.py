@@ -15,8 +15,8 @@ import numpy as np
 import simcomm
 from simcomm.parallel import TrainingConfig, build_layout
 from simcomm.parallel.model.config import TransformerConfig, model_preset
+from simcomm.parallel.numeric_results import full_params, global_losses
 from simcomm.parallel.numeric_training import train
-from simcomm.parallel.results import full_params, global_losses
 from simcomm.parallel.serial import train_serial
 
 

@@ -19,8 +19,8 @@ import simcomm
 from simcomm.parallel.dims import LayoutError
 from simcomm.parallel.model.config import TransformerConfig
 from simcomm.parallel.model.gpt import WORD, init_params, param_specs
+from simcomm.parallel.numeric_results import full_params, global_losses, held_params
 from simcomm.parallel.numeric_training import train
-from simcomm.parallel.results import full_params, global_losses, held_params
 from simcomm.parallel.serial import train_serial
 
 from .helpers import numeric

@@ -7,7 +7,8 @@ from .layout import Layout, build_layout
 from .model import PRESETS, ModelConfigError, TransformerConfig, model_preset
 from .pipeline_parallel.schedules import (Action, bubble_fraction, gpipe, interleaved_1f1b, makespan, one_f_one_b,
                                           peak_in_flight, schedule, timeline)
-from .step_cost import StepModel, TemplateCache
+from .layer_timing import TemplateCache
+from .step_cost import StepModel
 from .step_result import StepResult
 
 __all__ = ["PRESETS", "Action", "Axis", "ConfigError", "Layout", "LayoutError", "ModelConfigError", "ParallelDims",

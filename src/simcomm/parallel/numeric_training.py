@@ -17,24 +17,24 @@ from __future__ import annotations
 import numpy as np
 
 from . import data
-from .comm import Comm
+from .config import TrainingConfig
 from .context_parallel import RingAttention, load_balanced_positions
 from .data_parallel import make_store
 from .data_parallel.reduce import all_reduce_held
-from .config import TrainingConfig
 from .dims import Axis, LayoutError
 from .layout import Layout, build_layout
 from .model.gpt import WORD, ChunkContext, GPTChunk, NoTensorParallel, init_params, local_shape, param_specs, shard
 from .model.tensor import Meta, is_meta, value
 from .pipeline_parallel.p2p import StageLinks
 from .pipeline_parallel.runner import PipelineRunner
+from .rank_comm import RankComm
 from .tensor_parallel import TensorParallel
 
 
 class RankGroups:
     """Every process group of the layout, created on every rank in the same order; this rank's ones kept."""
 
-    def __init__(self, comm: Comm, layout: Layout, rank: int):
+    def __init__(self, comm: RankComm, layout: Layout, rank: int):
         dims = layout.dims
         self.ranks: dict[str, list[int]] = {}
         self.groups: dict[str, object] = {}
@@ -61,7 +61,7 @@ class RankGroups:
 class RankTrainer:
     """One rank's model chunks, stores and pipeline runner."""
 
-    def __init__(self, comm: Comm, layout: Layout):
+    def __init__(self, comm: RankComm, layout: Layout):
         if comm.world_size != layout.world_size:
             raise LayoutError(f"the layout {layout.dims.describe()} needs {layout.world_size} ranks; the job has "
                               f"{comm.world_size}")
@@ -168,7 +168,7 @@ class RankTrainer:
 def train_with(rank: int, dist, layout: Layout) -> dict:
     """Train layout.config.train_iters steps on this rank with `dist` (simcomm.distributed or torch.distributed);
     returns the rank's losses, parameters (or ZeRO-3 shards) and the bytes of state it keeps."""
-    comm = Comm(dist)
+    comm = RankComm(dist)
     trainer = RankTrainer(comm, layout)
     shares = [trainer.step(s) for s in range(layout.config.train_iters)]
     comm.synchronize()

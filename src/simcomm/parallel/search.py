@@ -32,14 +32,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import OutOfMemoryError, SimcommError
+from .config import TrainingConfig
 from .dims import LayoutError
+from .layer_timing import PROGRAMS, Template, TemplateCache, kernel_seconds
+from .layout import build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.schedules import FORWARD, makespan, timeline
-from .passes import build_pass
-from .step_cost import PROGRAMS, StepModel, TemplateCache, optimizer_seconds
-from .config import TrainingConfig
-from .layout import build_layout
-from .templates import Template, kernel_seconds
+from .step_cost import StepModel, optimizer_seconds
+from .step_passes import build_pass
 
 RECOMPUTE_NAMES = {None: "none", "selective": "selective", "full": "full"}
 

@@ -4,8 +4,8 @@ Who is simulated (symmetry, exact where contention allows): data-parallel replic
 replica's pipeline is simulated (every stage, every TP and CP rank of it); the others appear only as the far ends
 of its data-parallel collectives, which run over the full groups. Those groups are simulated for one TP rank
 when the TP ranks' groups cross disjoint links (one NIC rail each, as on a rail-optimised fabric), else for all.
-Layer programs (kernels, TP and CP communication) are timed once per distinct local layout (templates.py) and
-replayed; repeated data-parallel collectives are replayed when their links are quiet (traffic.py).
+Layer programs (kernels, TP and CP communication) are timed once per distinct local layout (layer_timing.py) and
+replayed; repeated data-parallel collectives are replayed when their links are quiet (step_traffic.py).
 
 The step: the pipeline's stages walk their schedules (pipeline_parallel/timing.py), the data-parallel policy of
 the layout's sharding scheme adds its gathers and reductions at the step's seams (data_parallel/timing.py); when
@@ -22,45 +22,16 @@ from ..errors import SimcommError
 from ..session import Session
 from .compute_model import ComputeModel
 from .data_parallel.timing import data_parallel_timing
-from .model import layer_ops as ops
+from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
-from .passes import build_pass
 from .pipeline_parallel.schedules import FORWARD
 from .pipeline_parallel.timing import Pipeline, StageTiming
+from .step_passes import build_pass
 from .step_result import StepResult
-from .templates import TemplateRunner
-from .traffic import Traffic
+from .step_traffic import Traffic
 
 TRACE_BUDGET = 100_000  # layer-level trace records (per-layer blocks and their TP/CP transfers) at most
-
-
-class TemplateCache:
-    """Templates by (local layout of the stage, program): shared by the layouts a search evaluates."""
-
-    def __init__(self, cluster):
-        self.cluster = cluster
-        self._runners: dict = {}
-        self._done: dict = {}
-
-    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str):
-        rpn = self.cluster.ranks_per_node
-        local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
-        key = (local, shape, dtype, ideal, cm.fp8, name)
-        if key not in self._done:
-            rk = (local, stage.shape, dtype, ideal, cm.fp8)
-            runner = self._runners.get(rk)
-            if runner is None:
-                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal)
-            program = PROGRAMS[name](shape)
-            self._done[key] = runner.run(name, program)
-        return self._done[key]
-
-
-PROGRAMS = {"layer.forward": ops.layer_forward, "layer.backward": ops.layer_backward,
-            "layer.recompute": ops.layer_forward, "layer.selective": ops.selective_recompute,
-            "embedding.forward": ops.embedding_forward, "embedding.backward": ops.embedding_backward,
-            "output.forward": ops.output_forward, "output.backward": ops.output_backward}
 
 
 def optimizer_seconds(layout, rank: int, cm) -> float:

@@ -1,6 +1,6 @@
 """A rank's communication and compute clock, over simcomm.distributed (simulated) or torch.distributed (real).
 
-The parallel training code talks to its peers only through `Comm`: the same calls run on the simulator (numpy
+Numeric training talks to its peers only through `RankComm`: the same calls run on the simulator (numpy
 arrays or size-only tensors; the FLOPs the layers count are charged as compute time before each communication,
 so the timeline shows compute and communication in order) and on real torch.distributed (numpy arrays shared
 with CPU torch tensors; no clock). Calls return their results rather than writing in place, so callers never
@@ -24,7 +24,7 @@ _OPS = ("sum", "max", "min")
 class Handle:
     """An asynchronous call in flight: wait() returns its result."""
 
-    def __init__(self, comm: "Comm", work, result, finish=None):
+    def __init__(self, comm: "RankComm", work, result, finish=None):
         self._comm, self._work, self._result, self._finish = comm, work, result, finish
         self._done = False
 
@@ -39,7 +39,7 @@ class Handle:
         return self._result
 
 
-class Comm:
+class RankComm:
     """Collectives, point-to-point and compute for one rank. `dist` is simcomm.distributed (default) or
     torch.distributed; groups come from `new_group` (every rank calls it for every group, in the same order)."""
 
@@ -145,7 +145,7 @@ class Comm:
 
 
 class _Tagged(contextlib.AbstractContextManager):
-    def __init__(self, comm: Comm, tags: dict):
+    def __init__(self, comm: RankComm, tags: dict):
         self.comm, self.tags, self.inner = comm, tags, None
 
     def __enter__(self):

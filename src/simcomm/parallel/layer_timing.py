@@ -19,6 +19,7 @@ from typing import Mapping
 import numpy as np
 
 from ..session import Session
+from .model import layer_ops as ops
 from .model.layer_ops import ATTENTION, GEMM, Comm, Kernel, Step
 
 
@@ -123,3 +124,31 @@ class TemplateRunner:
         duration = proc.value
         flops = sum(k.flops for st in steps for k in st.compute)
         return Template(name, duration, busy[0], exposed, flops, tuple(segments))
+
+
+class TemplateCache:
+    """Templates by (local layout of the stage, program): shared by the layouts a search evaluates."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self._runners: dict = {}
+        self._done: dict = {}
+
+    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str):
+        rpn = self.cluster.ranks_per_node
+        local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
+        key = (local, shape, dtype, ideal, cm.fp8, name)
+        if key not in self._done:
+            rk = (local, stage.shape, dtype, ideal, cm.fp8)
+            runner = self._runners.get(rk)
+            if runner is None:
+                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal)
+            program = PROGRAMS[name](shape)
+            self._done[key] = runner.run(name, program)
+        return self._done[key]
+
+
+PROGRAMS = {"layer.forward": ops.layer_forward, "layer.backward": ops.layer_backward,
+            "layer.recompute": ops.layer_forward, "layer.selective": ops.selective_recompute,
+            "embedding.forward": ops.embedding_forward, "embedding.backward": ops.embedding_backward,
+            "output.forward": ops.output_forward, "output.backward": ops.output_backward}

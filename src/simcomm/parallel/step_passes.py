@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .layer_timing import Template
 from .model.memory import stage_parameters
-from .templates import Template
 
 PHASES = ("forward", "backward", "recompute")
 
