@@ -19,8 +19,8 @@ from typing import Mapping
 import numpy as np
 
 from ..session import Session
-from .model import layer_ops as ops
-from .model.layer_ops import ATTENTION, GEMM, Comm, Kernel, Step
+from .model import programs as ops
+from .model.programs import ATTENTION, GEMM, Kernel, LayerComm, LayerStep
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class TemplateRunner:
         self.dtype = dtype
         self.ideal = ideal
 
-    def _comm(self, c: Comm, out: list, t0: float):
+    def _comm(self, c: LayerComm, out: list, t0: float):
         s = self.session
         if c.axis == "tp":
             ops = [s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype, tags={"axis": "tp"})
@@ -84,7 +84,7 @@ class TemplateRunner:
             yield op
             out.append(Segment("cp", op.start - t0, op.end - t0, f"{c.name} step {i + 1}", c.nbytes, "p2p", op.tags))
 
-    def run(self, name: str, steps: list[Step]) -> Template:
+    def run(self, name: str, steps: list[LayerStep]) -> Template:
         # A fresh simulation from time 0 for every program: its times then do not depend on what ran before
         # (float rounding of absolute clocks), so a template is the same whichever layout asks for it first.
         s = self.session = Session(self.cluster, detail="steps")

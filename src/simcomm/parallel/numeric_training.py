@@ -160,7 +160,7 @@ class RankTrainer:
         return {"rank": self.comm.rank, "coords": self.coords,
                 "loss": [None if s is None else s * full_share / tokens for s in loss_shares],
                 "loss_share": loss_shares, "params": None if c.size_only else params,
-                "shards": None if c.size_only else shards,
+                "shards": None if c.size_only else shards, "flops": self.comm.fl.total,
                 "state_bytes": {k: sum(s.state_bytes()[k] for s in self.stores) for k in ("params", "grads",
                                                                                             "optimizer")}}
 

@@ -8,9 +8,10 @@ the data-parallel ranks (widened by context parallelism, as Megatron-LM's distri
 ZeRO's 16 / 4+12/N / 2+14/N / 16/N (fp16 P and G, no grad copy) and Megatron-LM's 18 -> 6+12/d (bf16 with fp32
 gradients), 20 -> 4+16/d (fp16) and 16 -> 8+8/d (fp32).
 
-Activations: `saved_tensors` lists what one layer keeps per micro-batch on one GPU; for a GPT block with dropout
-and a materialised attention matrix it reproduces Korthikanti et al. 2022 Table 2 (sbh(34 + 5as/h) and its TP,
-SP and selective-recompute forms). Flash attention keeps the output and the log-sum-exp instead of s x s matrices.
+Activations: `saved_tensors` (from the layer's one description, layer.py) lists what one layer keeps per
+micro-batch on one GPU; for a GPT block with dropout and a materialised attention matrix it reproduces Korthikanti
+et al. 2022 Table 2 (sbh(34 + 5as/h) and its TP, SP and selective-recompute forms). Flash attention keeps the
+output and the log-sum-exp instead of s x s matrices.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ...units import format_size
 from ..data_parallel.sharding import sharding
 from ..pipeline_parallel.schedules import FORWARD
 from .flops import embedding_params
-from .layer import LayerShape
+from .layer import LayerShape, saved_tensors
 
 
 # ---- model state -----------------------------------------------------------------------------------------------
@@ -63,37 +64,6 @@ def stage_parameters(layout, rank: int) -> dict[str, float]:
 
 
 # ---- activations -----------------------------------------------------------------------------------------------
-def saved_tensors(shape: LayerShape, recompute: str | None = None) -> dict[str, float]:
-    """Bytes one decoder layer keeps for its backward, per micro-batch, on one GPU. recompute: None, 'selective'
-    (no s x s tensors; flash keeps no log-sum-exp) or 'full' (only the layer's input)."""
-    c, t, e = shape.model, shape.tp, shape.elem
-    T, Ts, h = shape.tokens, shape.sp_tokens, c.hidden_size
-    if recompute == "full":
-        return {"layer_input": Ts * h * e}
-    q, kv, f = c.query_projection_size / t, c.kv_projection_size / t, c.ffn_hidden_size / t
-    up = 2 * f if c.swiglu else f
-    heads, b = c.num_attention_heads / t, shape.micro_batch_size
-    sq, skv = c.seq_length / shape.cp, c.seq_length
-    out = {"input_norm_input": Ts * h * e, "qkv_input": Ts * h * e, "query_key_value": T * (q + 2 * kv) * e}
-    if shape.flash:
-        out["attention_output"] = T * q * e
-        if recompute != "selective":
-            out["softmax_logsumexp"] = T * heads * 4
-    else:
-        if recompute != "selective":
-            scores = b * heads * sq * skv
-            out["softmax_output"] = scores * e
-            if c.attention_dropout > 0:
-                out["attention_dropout_mask"] = scores
-                out["attention_dropout_output"] = scores * e
-        out["attention_output"] = T * q * e
-    if c.hidden_dropout > 0:
-        out["hidden_dropout_masks"] = 2 * Ts * h
-    out.update({"pre_mlp_norm_input": Ts * h * e, "fc1_input": Ts * h * e, "activation_input": T * up * e,
-                "fc2_input": T * f * e})
-    return out
-
-
 def layer_activation_bytes(shape: LayerShape, recompute: str | None = None) -> float:
     return float(sum(saved_tensors(shape, recompute).values()))
 
