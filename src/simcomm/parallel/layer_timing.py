@@ -20,7 +20,7 @@ import numpy as np
 
 from ..session import Session
 from .model import programs as ops
-from .model.programs import ATTENTION, GEMM, Kernel, LayerComm, LayerStep
+from .model.programs import LayerComm, LayerStep
 
 
 @dataclass(frozen=True)
@@ -45,15 +45,6 @@ class Template:
     exposed: dict[str, float]  # axis -> seconds the compute stream waited on that axis' communication
     flops: float  # formula FLOPs of its kernels on one GPU
     segments: tuple[Segment, ...] = field(repr=False, default=())
-
-
-def kernel_seconds(cm, k: Kernel) -> float:
-    if k.kind == GEMM:
-        return cm.gemm(*k.shape)
-    if k.kind == ATTENTION:
-        bh, sq, real, which = k.shape
-        return cm.attention_forward(bh, sq, real) if which == "forward" else cm.attention_backward(bh, sq, real)
-    return cm.memory(*k.shape)
 
 
 class TemplateRunner:
@@ -96,7 +87,7 @@ class TemplateRunner:
             t0 = s.now
             for st in steps:
                 start = s.now
-                secs = [kernel_seconds(self.cm, k) for k in st.compute]
+                secs = [self.cm.kernel(k) for k in st.compute]
                 waits = []
                 if secs:
                     waits.append(s.compute(self.ranks, seconds=sum(secs), tags={"template": name}))

@@ -82,6 +82,16 @@ class Layout:
         """Parameters of one decoder layer on one GPU (TP-split matrices, replicated norms)."""
         return layer_params_per_gpu(self.model, self.dims.tp)
 
+    def recomputes(self, position: int) -> str | None:
+        """What is recomputed before the backward of the layer at `position` within its model chunk: 'full' (its
+        forward: uniform, every layer; block, the first recompute_num_layers), 'selective' (core attention) or
+        None."""
+        c = self.config
+        if c.recompute_granularity == "full":
+            uniform = c.recompute_method == "uniform" or position < (c.recompute_num_layers or 0)
+            return "full" if uniform else None
+        return c.recompute_granularity
+
     def layers_of(self, rank: int, chunk: int) -> tuple[int, ...]:
         return self.stage_layers[rank][chunk]
 

@@ -25,6 +25,7 @@ from .dims import Axis, LayoutError
 from .layout import Layout, build_layout
 from .model.gpt import WORD, ChunkContext, GPTChunk, NoTensorParallel, init_params, local_shape, param_specs, shard
 from .model.tensor import Meta, is_meta, value
+from .numeric_compute import KernelCharges
 from .pipeline_parallel.p2p import StageLinks
 from .pipeline_parallel.runner import PipelineRunner
 from .rank_comm import RankComm
@@ -74,8 +75,10 @@ class RankTrainer:
         self.tp = TensorParallel(comm, g.groups.get("tp"), t, self.coords["tp"], cfg.sequence_parallel) if t > 1 \
             else NoTensorParallel()
         self.positions = load_balanced_positions(m.seq_length, c, self.coords["cp"])
-        self.attention = RingAttention(comm, g.ranks["cp"], self.coords["cp"], m.seq_length, comm.fl) if c > 1 \
-            else None
+        if comm.simulated:
+            comm.kernels = KernelCharges(layout, comm.device())
+        self.attention = RingAttention(comm, g.ranks["cp"], self.coords["cp"], m.seq_length, comm.fl,
+                                       self._charge) if c > 1 else None
         self.specs = param_specs(m)
         self.dtype = cfg.numpy_dtype  # bfloat16 (size-only runs only) is held as float16: same bytes
         full = None if cfg.size_only else init_params(m, cfg.seed, self.dtype)
@@ -92,12 +95,16 @@ class RankTrainer:
                                      like)
         self.actions = layout.schedule[self.coords["pp"]]
 
+    def _charge(self, name: str, share: float = 1.0) -> None:
+        if self.comm.kernels is not None:
+            self.comm.kernels.charge(name, share)
+
     def _chunk(self, chunk: int, full: dict | None):
         """Model chunk `chunk` of this pipeline rank (the layers the layout gives it) and its parameter store."""
         layout, cfg, m, g = self.layout, self.cfg, self.layout.model, self.groups
         r, t = self.coords["pp"], layout.dims.tp
         ctx = ChunkContext(m, None, self.positions, self.tp, self.attention, self.comm.fl,
-                           not m.untie_embeddings_and_output_weights)
+                           not m.untie_embeddings_and_output_weights, self.comm.kernels)
         layers = layout.layers_of(r, chunk)
         model = GPTChunk(range(layers[0], layers[-1] + 1), layout.has_embedding(r, chunk),
                          layout.has_output(r, chunk), ctx)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import OutOfMemoryError, SimcommError
 from .config import TrainingConfig
 from .dims import LayoutError
-from .layer_timing import PROGRAMS, Template, TemplateCache, kernel_seconds
+from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.schedules import FORWARD, makespan, timeline
@@ -152,7 +152,7 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
         out = {}
         for name, program in PROGRAMS.items():
             steps = program(sim.shape)
-            busy = sum(sum(kernel_seconds(sim.cm, k) for k in st.compute) for st in steps)
+            busy = sum(sum(sim.cm.kernel(k) for k in st.compute) for st in steps)
             out[name] = Template(name, busy, busy, {}, sum(k.flops for st in steps for k in st.compute))
         _STATE["kernels"][key] = out
     return _STATE["kernels"][key]

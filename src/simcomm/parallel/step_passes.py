@@ -42,7 +42,6 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
     """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` from templates `t` (keys
     layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
     output.forward/backward)."""
-    cfg = layout.config
     per_layer = layout.layer_params
     params = stage_parameters(layout, rank)
     layers = layout.layers_of(rank, chunk)
@@ -57,10 +56,10 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
         if layout.has_output(rank, chunk):
             seq.append((-2, t["output.backward"], "backward", params["output"]))
         for pos in reversed(range(len(layers))):
-            if recomputed(cfg, pos):
-                seq.append((layers[pos], t["layer.recompute"], "recompute", 0.0))
-            elif cfg.recompute_granularity == "selective":
-                seq.append((layers[pos], t["layer.selective"], "recompute", 0.0))
+            rerun = layout.recomputes(pos)
+            if rerun:
+                seq.append((layers[pos], t["layer.recompute" if rerun == "full" else "layer.selective"], "recompute",
+                            0.0))
             seq.append((layers[pos], t["layer.backward"], "backward", per_layer))
         if layout.has_embedding(rank, chunk):
             seq.append((-1, t["embedding.backward"], "backward", params["embedding"]))
@@ -73,11 +72,3 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
         for axis, v in tpl.exposed.items():
             breakdown[axis] += v
     return Pass(tuple(parts), at, breakdown)
-
-
-def recomputed(cfg, position: int) -> bool:
-    """Whether full recomputation reruns the layer at `position` within its chunk (uniform: every layer; block:
-    the first recompute_num_layers)."""
-    if cfg.recompute_granularity != "full":
-        return False
-    return cfg.recompute_method == "uniform" or position < (cfg.recompute_num_layers or 0)

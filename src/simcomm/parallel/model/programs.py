@@ -142,7 +142,7 @@ def _row_backward(b: _Builder, name: str, m: int, n: int, k: int) -> None:
         b.compute(dgrad, wgrad)
 
 
-def _attention_kernels(shape: LayerShape, att: CoreAttention, backward: bool) -> tuple[Kernel, ...]:
+def attention_kernels(shape: LayerShape, att: CoreAttention, backward: bool) -> tuple[Kernel, ...]:
     formula, bh, sq, skv, d = att.flops, att.batch_heads, att.sq, att.skv, att.head_dim
     if att.flash:
         real = formula / 2  # the causal kernel skips the masked half
@@ -163,7 +163,7 @@ def _attention_kernels(shape: LayerShape, att: CoreAttention, backward: bool) ->
 
 def _attention(b: _Builder, att: CoreAttention, backward: bool) -> None:
     """Core attention's kernels, the CP ring's K,V exchange beside them."""
-    kernels = _attention_kernels(b.s, att, backward)
+    kernels = attention_kernels(b.s, att, backward)
     ring = _cp_ring(b.s, backward)
     b.beside(kernels, ring) if ring is not None else b.compute(*kernels)
 
