@@ -2,11 +2,16 @@
 losses and weights as on simcomm with gloo numerics: the lecture's DP/TP/PP examples and the numeric GPT under
 DP (ZeRO-1 and ZeRO-3), TP with sequence parallelism, CP (ring attention), PP (1F1B and interleaved 1F1B) and
 their combinations. simcomm's gloo numerics reduce in gloo's order, so every layout is compared bitwise."""
+import sys
+from pathlib import Path
+
 from simcomm.backends.torch_runner import compare
-from simcomm.parallel.examples import run_example
 from simcomm.parallel import TrainingConfig, build_layout
 from simcomm.parallel.model.config import TransformerConfig
 from simcomm.parallel.numeric_training import train_with
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scenarios"))
+from lecture import run_example  # noqa: E402  (the lecture's programs, beside the scenarios that run them)
 
 MODEL = TransformerConfig(num_layers=2, hidden_size=16, num_attention_heads=4, seq_length=8, padded_vocab_size=32,
                           num_query_groups=2)
