@@ -172,6 +172,7 @@ class TrainingWorkload(Workload):
                                 details={"step": step.as_dict()})
         result.traced = traced
         result.step = step
+        result.plot_data["breakdown"] = result.details["step"]
         return result
 
     def summary(self, result: RunResult) -> list[dict]:
