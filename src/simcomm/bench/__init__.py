@@ -14,7 +14,7 @@ Cases:
   train-64        one training step of GPT-3 1.3B as rank programs on 64 H100s, tp 2 (sequence parallel) x pp 4
                   (1F1B, 8 microbatches) x dp 8 (DDP, overlapped buckets), size-only tensors
   train-data-16   three steps of a tiny GPT with real data on 16 ranks, tp 2 x cp 2 x pp 2 x dp 2 (ZeRO-1)
-  step-gpt3-175b-1024     the step model (parallel/step.py): scenarios/gpt3-175b-a100-1024.yaml
+  step-gpt3-175b-1024     the step model (parallel/step_cost.py): scenarios/gpt3-175b-a100-1024.yaml
                           target (issue 9): under 2 s wall
   step-llama3-405b-16384  the step model: scenarios/llama3-405b-h100-16384.yaml; target: under 5 s wall
   plan-llama3-70b-1024    `simcomm plan` of scenarios/llama3-70b-h100-1024.yaml on 2 worker processes (its default

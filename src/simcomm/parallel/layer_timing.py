@@ -7,8 +7,8 @@ program says. The result, a Template, is the program's duration, what the comput
 it left exposed (per axis) and every segment's offsets, for the step to replay and the trace to draw.
 
 Replaying is exact when the groups' links carry nothing else while the layer runs, which holds when TP and CP
-stay inside a node and DP and PP traffic leaves it (step.py checks the links and says when it does not); groups
-on other nodes of the same local layout behave identically (every node is a copy of one template). One Template
+stay inside a node and DP and PP traffic leaves it (step_cost.py checks the links and says when it does not);
+groups on other nodes of the same local layout behave identically (every node is a copy of one template). One Template
 is made per distinct local layout of the stage's groups (nodes of a PCIe box are not symmetric inside).
 """
 from __future__ import annotations
