@@ -114,6 +114,7 @@ CASES = {
     "tp4-untied-nobias": dict(tensor_model_parallel_size=4, model=MODEL.with_overrides(
         num_query_groups=4, untie_embeddings_and_output_weights=True, add_bias_linear=False)),
     "cp2": dict(context_parallel_size=2),
+    "odd-sequence": dict(dp=2, model=MODEL.with_overrides(seq_length=7)),  # no CP: nothing to cut in 2 chunks
     "cp4-mqa": dict(context_parallel_size=4, model=MODEL.with_overrides(num_query_groups=1)),
     "pp2-gpipe": dict(pipeline_model_parallel_size=2, micro_batch_size=2, pipeline_schedule="gpipe"),
     "pp2-1f1b": dict(pipeline_model_parallel_size=2, micro_batch_size=1, pipeline_schedule="1f1b"),
