@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import SettingError
 from ..vocab import canonical_dtype, numpy_dtype
 from .dims import LayoutError
 from .model.flops import FORMULAS
@@ -26,12 +27,8 @@ GiB = 1 << 30
 BIG = 1 << 20  # bound of the parallel sizes and layer counts (anything larger is a typo)
 
 
-class ConfigError(LayoutError):
+class ConfigError(LayoutError, SettingError):
     """A training setting that cannot work; `field` is the argument it is about (None: the whole layout)."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
 
 
 def setting(default, doc: str, *, lo=None, hi=None, choices=None, numeric: bool = False, kind: str = ""):
@@ -112,8 +109,8 @@ class TrainingConfig:
     ideal_network: bool = setting(False, "every transfer takes no time (the compute-only bound)")
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            _check_field(f, getattr(self, f.name))
+        for name, check in _CHECKS:
+            check(getattr(self, name))
         if self.zero_stage == 0 and self.use_distributed_optimizer:
             raise ConfigError("use_distributed_optimizer shards the optimizer state (ZeRO stage 1); zero_stage 0 "
                               "contradicts it", "zero_stage")
@@ -179,27 +176,33 @@ class TrainingConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig)}
 
 
-def _check_field(f: dataclasses.Field, v) -> None:
-    """One field against its annotation, bounds and choices (a ConfigError naming it)."""
+def _checker(f: dataclasses.Field):
+    """A check of one field's value against its annotation, bounds and choices (a ConfigError naming it)."""
     meta, name = f.metadata, f.name
     optional = "None" in str(f.type)
-    if v is None and optional:
-        return
-    if meta["choices"] is not None:
-        if v not in meta["choices"] or isinstance(v, bool):
-            shown = ", ".join(map(str, meta["choices"])) + (" or none" if optional else "")
-            raise ConfigError(f"{name} must be one of {shown}, got {v!r}", name)
-        return
     base = str(f.type).split(" |")[0]
-    if base == "bool":
-        if not isinstance(v, bool):
-            raise ConfigError(f"{name} must be true or false, got {v!r}", name)
-    elif base == "int":
-        if isinstance(v, bool) or not isinstance(v, int) or not meta["lo"] <= v <= meta["hi"]:
-            raise ConfigError(f"{name} must be a whole number from {meta['lo']} to {meta['hi']:,}, got {v!r}", name)
-    elif base == "float":
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not meta["lo"] <= v < meta["hi"]:
-            raise ConfigError(f"{name} must be a number in [{meta['lo']:g}, {meta['hi']:g}), got {v!r}", name)
+    choices, lo, hi = meta["choices"], meta["lo"], meta["hi"]
+
+    def check(v) -> None:
+        if v is None and optional:
+            return
+        if choices is not None:
+            if v not in choices or isinstance(v, bool):
+                shown = ", ".join(map(str, choices)) + (" or none" if optional else "")
+                raise ConfigError(f"{name} must be one of {shown}, got {v!r}", name)
+        elif base == "bool":
+            if not isinstance(v, bool):
+                raise ConfigError(f"{name} must be true or false, got {v!r}", name)
+        elif base == "int":
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ConfigError(f"{name} must be a whole number from {lo} to {hi:,}, got {v!r}", name)
+        elif base == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi:
+                raise ConfigError(f"{name} must be a number in [{lo:g}, {hi:g}), got {v!r}", name)
+    return check
+
+
+_CHECKS = tuple((f.name, _checker(f)) for f in dataclasses.fields(TrainingConfig))
 
 
 __all__ = ["FIELDS", "ConfigError", "TrainingConfig", "setting"]

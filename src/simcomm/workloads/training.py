@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, PrivateAttr, create_model, field_validator
 
-from ..errors import SimcommError
+from ..errors import SettingError, SimcommError
 from ..fields import Base, Size, described
 from ..parallel import (PRESETS, Layout, LayoutError, ModelConfigError, StepModel, TrainingConfig, TransformerConfig,
                         build_layout, model_preset)
@@ -133,7 +133,7 @@ def layout_of(spec, cluster) -> Layout:
 
 def _path_for(exc: SimcommError) -> tuple:
     """The workload key an error is about: the field a ConfigError or ModelConfigError carries."""
-    field = getattr(exc, "field", None)
+    field = exc.field if isinstance(exc, SettingError) else None
     return ("workload", field) if field else ("workload",)
 
 

@@ -9,16 +9,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ...errors import SimcommError
+from ...errors import SettingError
 from ...vocab import did_you_mean
 
 
-class ModelConfigError(SimcommError):
+class ModelConfigError(SettingError):
     """A model description whose sizes do not fit together; `field` is the one to change (None: not one)."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ the causal half. A backward runs the operations in reverse, each product twice (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .config import TransformerConfig
 
@@ -111,8 +112,10 @@ class CoreAttention:
         return 4.0 * self.heads * self.skv * self.head_dim
 
 
+@lru_cache(maxsize=4096)
 def decoder_layer(shape: LayerShape) -> tuple:
-    """The layer's operations in forward order (see the module docstring)."""
+    """The layer's operations in forward order (see the module docstring). Cached: a layout search asks for the
+    same few shapes thousands of times."""
     c, t = shape.model, shape.tp
     T, Ts, h, e = shape.tokens, shape.sp_tokens, c.hidden_size, shape.elem
     q, kv, f = c.query_projection_size // t, c.kv_projection_size // t, c.ffn_hidden_size // t

@@ -16,6 +16,7 @@ output and the log-sum-exp instead of s x s matrices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ...errors import OutOfMemoryError
 from ...units import format_size
@@ -64,6 +65,7 @@ def stage_parameters(layout, rank: int) -> dict[str, float]:
 
 
 # ---- activations -----------------------------------------------------------------------------------------------
+@lru_cache(maxsize=4096)
 def layer_activation_bytes(shape: LayerShape, recompute: str | None = None) -> float:
     return float(sum(saved_tensors(shape, recompute).values()))
 
