@@ -60,6 +60,7 @@ class DataParallelTiming:
 
     sharding: Sharding = sharding(0)
     gradient_collective = "all_reduce"
+    acts_after_parts = False  # whether after_part does anything (it is called for every part of every pass)
 
     def __init__(self, layout, traffic, passes: dict, representatives: list[int]):
         self.layout, self.cfg, self.traffic = layout, layout.config, traffic
@@ -185,6 +186,7 @@ class Zero3Timing(DataParallelTiming):
 
     sharding = sharding(3)
     gradient_collective = "reduce_scatter"
+    acts_after_parts = True
 
     def before_pass(self, rank: int, action, pass_) -> dict[int, list]:
         cut: dict[int, list] = {}

@@ -43,6 +43,8 @@ class StageTiming:
         self.env, self.session = pipeline.env, pipeline.session
         self.ranks = pipeline.ranks[rank]
         self.acc = {k: 0.0 for k in CATEGORIES}
+        dp = pipeline.dp
+        self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
         actions = pipeline.layout.schedule[rank]
         self.last_backward = {c: max(i for i, a in enumerate(actions) if a.phase != FORWARD and a.chunk == c)
                               for c in range(pipeline.layout.chunks)}
@@ -68,7 +70,11 @@ class StageTiming:
             yield from self._run_pass(a, p, tags)
             nxt = vs + 1 if forward else vs - 1
             if 0 <= nxt <= last_vs:
-                yield from self._send(("F" if forward else "B", a.microbatch, nxt), tags)
+                op = self._send(("F" if forward else "B", a.microbatch, nxt), tags)
+                if not layout.config.overlap_p2p_comm:  # Megatron's p2p blocks the sender
+                    t = self.env.now
+                    yield op
+                    self.acc["pp"] += self.env.now - t
 
     def _wait(self, deps):
         """Wait for the inputs of an action; split the wait into pipeline communication and bubble."""
@@ -102,25 +108,22 @@ class StageTiming:
             t0 = env.now
             starts += [t0 + x.offset - p.parts[i].offset for x in p.parts[i:j]]
             yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a))
-            for x, s in zip(p.parts[i:j], starts[i:j]):
-                dp.after_part(self.rank, a, x, s)
+            if self.after_part is not None:
+                for x, s in zip(p.parts[i:j], starts[i:j]):
+                    self.after_part(self.rank, a, x, s)
             i = j
         for k, v in p.breakdown.items():
             self.acc[k] += v
         self.p.instances.append((self.rank, a, p, starts))
 
     def _send(self, key, tags):
-        """The pass's output to the next virtual stage (its previous one for a gradient)."""
-        env, layout = self.env, self.p.layout
-        op = self.p.traffic.send(self.ranks, self.p.ranks[key[2] % layout.dims.pp], self.p.activation_bytes,
+        """The pass's output to the next virtual stage (its previous one for a gradient), arriving at `key`."""
+        op = self.p.traffic.send(self.ranks, self.p.ranks[key[2] % self.p.layout.dims.pp], self.p.activation_bytes,
                                  tags={"axis": "pp", **tags})
         slot = self.p.arrival(key)
-        slot[1] = env.now
+        slot[1] = self.env.now
         op.callbacks.append(lambda _e, ev=slot[0]: ev.succeed())
-        if not layout.config.overlap_p2p_comm:
-            t = env.now
-            yield op
-            self.acc["pp"] += env.now - t
+        return op
 
 
 def _label(a) -> str:
