@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcomm.parallel.model.moe import (MoEConfig, balanced_counts, get_capacity, init_moe_params, moe_backward,
-                                        moe_forward, route, updated_expert_bias)
+from simcomm.parallel.model.moe import (MoEConfig, balanced_counts, expert_rows, get_capacity, init_moe_params,
+                                        moe_backward, moe_forward, route, updated_expert_bias)
 from simcomm.parallel.model.moe.layer import FC1, FC2
 from simcomm.parallel.model.moe.router import softmax
 from simcomm.parallel.model.tensor import meta
@@ -63,6 +63,8 @@ def test_capacity_bounds_every_expert_and_padding_fills_it(moe, T, seed):
     free, r = route(logits, _dropless(moe), T), route(logits, moe, T)
     cap = get_capacity(T * k, E, moe.moe_expert_capacity_factor)
     assert r.capacity == cap
+    rows, capacity = expert_rows(free.tokens_per_expert, T, moe)  # what a size-only run computes from counts
+    assert capacity == cap and rows.tolist() == r.tokens_per_expert.tolist()
     if moe.moe_pad_expert_input_to_capacity:
         assert (r.tokens_per_expert == min(cap, T)).all()
         assert (r.probs[r.routing_map & ~free.routing_map] == 0).all()  # padding rows weigh nothing

@@ -96,4 +96,3 @@ def shared_expert_backward(dy, cache, fc1, fc2, dfc1, dfc2, use_swiglu: bool, ga
         dlogit, dy_mlp = (dy * y).sum(axis=1, keepdims=True) * gate * (1.0 - gate), dy * gate
     dx = expert_backward(dy_mlp, c, fc1, fc2, dfc1, dfc2, use_swiglu, fl)[0]
     return dx + linear_backward(x, gate_weight, dlogit, dgate_weight, fl=fl)
-

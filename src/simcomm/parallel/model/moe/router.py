@@ -62,9 +62,8 @@ def route(logits, moe, seq_length: int, expert_bias=None, routed_tokens_per_expe
     if expert_bias is not None and not moe.moe_router_enable_expert_bias:
         raise ValueError("an expert_bias was given but moe_router_enable_expert_bias is off")
     if is_meta(logits):
-        counts = np.asarray(balanced_counts(T, k, E) if routed_tokens_per_expert is None else
-                            routed_tokens_per_expert, dtype=np.int64)
-        counts, capacity = _meta_capacity(counts, T, moe)
+        counts = balanced_counts(T, k, E) if routed_tokens_per_expert is None else routed_tokens_per_expert
+        counts, capacity = expert_rows(counts, T, moe)
         return Routing(Meta((T, E), logits.dtype), Meta((T, E), np.bool_), counts,
                        {name: None for name in loss_names(moe)}, capacity)
     top, probs_k, select_cache = _top_k(logits, moe, expert_bias)
@@ -172,14 +171,16 @@ def _drop(probs, routing_map, moe):
     return probs * final, final, capacity
 
 
-def _meta_capacity(counts, T: int, moe):
-    """Rows per expert after capacity, for a routing given as counts."""
+def expert_rows(routed_tokens_per_expert, num_tokens: int, moe) -> tuple[np.ndarray, int | None]:
+    """(rows each expert computes, capacity) for a routing given as per-expert counts before dropping: the
+    counts (dropless), capped at the capacity, or every expert's capacity (padding; at most the T tokens)."""
+    counts = np.asarray(routed_tokens_per_expert, np.int64)
     if counts.shape != (moe.num_moe_experts,) or (counts < 0).any():
         raise ModelConfigError(f"routed_tokens_per_expert must hold {moe.num_moe_experts} counts >= 0, got {counts}")
     if moe.moe_expert_capacity_factor is None:
         return counts, None
     E = len(counts)
-    capacity = get_capacity(T * moe.moe_router_topk, E, moe.moe_expert_capacity_factor)
+    capacity = get_capacity(num_tokens * moe.moe_router_topk, E, moe.moe_expert_capacity_factor)
     if moe.moe_pad_expert_input_to_capacity:
-        return np.full(E, min(capacity, T), np.int64), capacity
+        return np.full(E, min(capacity, num_tokens), np.int64), capacity
     return np.minimum(counts, capacity), capacity
