@@ -9,6 +9,7 @@ from simcomm.parallel.model.moe import (MoEConfig, chunk_orders, experts_backwar
                                         init_moe_params, permutation, permute, permute_probs, route,
                                         sort_chunks_by_index, splits_by_rank, unpermute, unpermute_probs)
 from simcomm.parallel.model.moe.layer import FC1, FC2
+from simcomm.parallel.model.tensor import meta
 
 
 @st.composite
@@ -64,6 +65,7 @@ def test_sorting_chunks_by_local_expert_and_back_is_the_identity(local_experts, 
     to_experts, back = chunk_orders(local_experts, ep)
     sorted_rows = sort_chunks_by_index(rows, sizes, to_experts)
     np.testing.assert_array_equal(sort_chunks_by_index(sorted_rows, sizes[to_experts], back), rows)
+    assert sort_chunks_by_index(meta(rows.shape), sizes, to_experts).shape == rows.shape  # size-only too
 
 
 def test_expert_parallel_exchange_equals_one_rank():
