@@ -87,7 +87,7 @@ def test_the_busiest_expert_and_the_number_of_experts_both_set_a_grouped_gemm():
     for bad in ([-1, 5], [np.nan], [np.inf]):
         with pytest.raises(SimcommError, match="tokens_per_expert"):
             H200.grouped_gemm(bad, n, k)
-    for _name, n_, k_, _split, tokens, _us, alone_us in GROUPED_SPLIT_US:
+    for _name, n_, k_, _split, tokens, _us, _alone in GROUPED_SPLIT_US:
         assert H200.grouped_gemm(tokens, n_, k_) > H200.gemm(max(tokens), n_, k_)  # measured: alone < grouped
 
 

@@ -80,16 +80,22 @@ def _sat(x):
     return x / (1.0 + x)
 
 
+def _roofline(params: dict, precision: str, m_compute, m_memory, n, k, hbm, rate_scale: float, gamma: float = 1.0):
+    """(m x k) @ (k x n)'s seconds less t0: compute on m_compute rows at gamma of the fitted rate, memory for
+    m_memory rows, joined by the fitted corner."""
+    e, k0 = params["precision"][precision]
+    a, o = GEMM_BYTES[precision]
+    tc = 2.0 * m_compute * n * k / (H100_BF16_PEAK * rate_scale * gamma * e * k / (k + k0))
+    tm = (a * (m_memory * k + n * k) + o * m_memory * n) / (params["beta"] * hbm)
+    q = params["q"]
+    return (tc ** q + tm ** q) ** (1.0 / q)
+
+
 def gemm_core(params: dict, precision: str, m, n, k, hbm, rate_scale: float = 1.0):
     """Seconds of a GEMM on a queued stream less the launch cost t0 (arrays welcome). TF32 is an allowance, not
     an obligation: never slower than fp32 on CUDA cores (cuBLAS takes the faster kernel)."""
-    e, k0 = params["precision"][precision]
-    a, o = GEMM_BYTES[precision]
-    tc = 2.0 * m * n * k / (H100_BF16_PEAK * rate_scale * e * k / (k + k0))
-    tm = (a * (m * k + n * k) + o * m * n) / (params["beta"] * hbm)
-    q = params["q"]
-    t = (tc ** q + tm ** q) ** (1.0 / q)
-    return np.minimum(t, gemm_core(params, "fp32", m, n, k, hbm, rate_scale)) if precision == "tf32" else t
+    t = _roofline(params, precision, m, m, n, k, hbm, rate_scale)
+    return np.minimum(t, _roofline(params, "fp32", m, m, n, k, hbm, rate_scale)) if precision == "tf32" else t
 
 
 def grouped_core(params: dict, gamma: float, precision: str, tokens: np.ndarray, n, k, hbm,
@@ -97,15 +103,8 @@ def grouped_core(params: dict, gamma: float, precision: str, tokens: np.ndarray,
     """Seconds of a grouped GEMM less t0: per expert with tokens, its roofline with its rows padded to the tile
     height and its compute at gamma of one GEMM's rate; summed."""
     t = tokens[tokens > 0]
-    if not len(t):
-        return 0.0
-    e, k0 = params["precision"][precision]
-    a, o = GEMM_BYTES[precision]
     padded = np.ceil(t / GROUPED_TILE_ROWS) * GROUPED_TILE_ROWS
-    tc = 2.0 * padded * n * k / (H100_BF16_PEAK * rate_scale * gamma * e * k / (k + k0))
-    tm = (a * (t * k + n * k) + o * t * n) / (params["beta"] * hbm)
-    q = params["q"]
-    return float(np.sum((tc ** q + tm ** q) ** (1.0 / q)))
+    return float(np.sum(_roofline(params, precision, padded, t, n, k, hbm, rate_scale, gamma)))
 
 
 def attention_time_h100(params, work, s, flops):
