@@ -99,10 +99,13 @@ def gemm_core(params: dict, precision: str, m, n, k, hbm, rate_scale: float = 1.
 
 
 def grouped_core(params: dict, gamma: float, precision: str, tokens: np.ndarray, n, k, hbm,
-                 rate_scale: float = 1.0) -> float:
+                 rate_scale: float = 1.0, wgrad: bool = False) -> float:
     """Seconds of a grouped GEMM less t0: per expert with tokens, its roofline with its rows padded to the tile
-    height and its compute at gamma of one GEMM's rate; summed."""
+    height (wgrad: its tokens are the contraction, (k x T) @ (T x n)) and its compute at gamma of one GEMM's rate;
+    summed."""
     t = tokens[tokens > 0]
+    if wgrad:
+        return float(np.sum(_roofline(params, precision, k, k, n, t, hbm, rate_scale, gamma)))
     padded = np.ceil(t / GROUPED_TILE_ROWS) * GROUPED_TILE_ROWS
     return float(np.sum(_roofline(params, precision, padded, t, n, k, hbm, rate_scale, gamma)))
 
@@ -194,9 +197,12 @@ class ComputeModel:
         p = self._gemm_precision(precision)
         return self._gemm["t0"] + float(gemm_core(self._gemm, p, m, n, k, self.hbm, self.rate_scale))
 
-    def grouped_gemm(self, tokens_per_expert, n: float, k: float, precision: str | None = None) -> float:
-        """Seconds for one grouped GEMM: expert i multiplies its tokens_per_expert[i] x k rows by its own k x n
-        weight (experts with no tokens cost nothing); one launch. Never less than the busiest expert's GEMM."""
+    def grouped_gemm(self, tokens_per_expert, n: float, k: float, precision: str | None = None,
+                     wgrad: bool = False) -> float:
+        """Seconds for one grouped GEMM (one launch): expert i multiplies its tokens_per_expert[i] x k rows by its
+        own k x n weight (experts with no tokens cost nothing); never less than the busiest expert's GEMM. The
+        backward: dgrad is grouped_gemm(tokens, k, n); wgrad=True is each expert's (k x T_i) @ (T_i x n), the
+        tokens contracted (extrapolated: only forward grouped GEMMs were measured)."""
         tokens = np.asarray(tokens_per_expert, dtype=float).reshape(-1)
         if not np.all(np.isfinite(tokens)) or np.any(tokens < 0):
             raise SimcommError(f"tokens_per_expert must be finite and >= 0, got {tokens_per_expert!r}")
@@ -204,7 +210,7 @@ class ComputeModel:
             return 0.0
         p = self._gemm_precision(precision)
         return self._gemm["t0"] + grouped_core(self._gemm, self._grouped["gamma"], p, tokens, n, k, self.hbm,
-                                               self.rate_scale)
+                                               self.rate_scale, wgrad)
 
     def _attention(self, params, batch_heads: float, sq: float, flops: float) -> float:
         e, w0, s0, t0 = params
