@@ -51,9 +51,9 @@ class TemplateCache:
     def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str):
         rpn = self.cluster.ranks_per_node
         local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
-        key = (local, shape, dtype, ideal, cm.fp8, name)
+        key = (local, shape, dtype, ideal, cm.key, name)
         if key not in self._done:
-            rk = (local, stage.shape, dtype, ideal, cm.fp8)
+            rk = (local, stage.shape, dtype, ideal, cm.key)
             runner = self._runners.get(rk)
             if runner is None:
                 runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal)
@@ -90,13 +90,13 @@ class StepModel:
         if self.dims.world_size > cluster.num_ranks:
             raise SimcommError(f"the layout needs {self.dims.world_size} GPUs; {cluster.name} has "
                                f"{cluster.num_ranks}")
-        self.cm = ComputeModel(cluster.device, fp8=self.cfg.fp8_format is not None)
+        self.cm = ComputeModel(cluster.device, self.cfg.precision, fp8=self.cfg.fp8_format is not None)
         self.detail, self.reuse = detail, reuse
         self.templates = templates or TemplateCache(cluster)
         self.check_memory = check_memory
         c = self.cfg
         self.shape = ops.LayerShape(layout.model, self.dims.tp, self.dims.cp, c.sp, c.micro_batch_size,
-                                    c.use_flash_attn, c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
+                                    c.flash_attention, c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
 
     # ---- memory ----------------------------------------------------------------------------------------------
     def memory(self) -> list:
