@@ -416,6 +416,7 @@ def main(argv=None) -> int:
         else:
             argv, launch = perf.split_argv(argv)  # `perf mpirun -np 16 all_reduce_perf ...`
             args = parser.parse_args(argv)
+            args.argv = argv[1:] if argv[:1] == ["perf"] else argv  # the command line nccl-tests' -J records
             if launch is not None:
                 args.launch = launch
     except SystemExit as exc:  # --help and usage errors
