@@ -142,11 +142,23 @@ def test_presets(capsys):
     assert code == 2 and "did you mean 'hgx-h100'" in err
 
 
+def test_presets_name_wraps_its_prose_below_the_table(capsys):
+    """Issue 25: `presets NAME` put a 440-character description in one table cell."""
+    code, out, _ = run(capsys, "presets", "hgx-h100")
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 100
+    lines = out.splitlines()
+    assert any(line.split()[:2] == ["description", "(below)"] for line in lines)
+    below = " ".join(x.strip() for x in out.split("\ndescription:\n")[1].split("\n\n")[0].splitlines())
+    from simcomm.hardware import describe_preset
+    assert below == describe_preset("hgx-h100", 1)["description"]
+
+
 def test_presets_name_prints_units_and_no_paths_outside_the_repo(capsys):
     """Issue 11: `presets NAME` printed raw floats, and a source cited a path outside the repository."""
     code, out, _ = run(capsys, "presets", "hgx-h100", "--nodes", "2")
     assert code == 0
-    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    table = out.split("\n\n")[0]  # the key/value table; the prose follows it
+    lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
     assert lines["memory_bandwidth"].split()[1:] == ["3", "TB/s"]
     assert lines["memory_capacity"].split()[1:] == ["80", "GiB"]
     assert lines["compute_rate"].split()[1:] == ["790", "TFLOP/s"]

@@ -9,6 +9,7 @@ import argparse
 import json
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError
@@ -261,6 +262,9 @@ def _preset_value(key: str, v) -> str:
     return str(v)
 
 
+PROSE_CELL = 100  # characters: a longer preset value is printed as a wrapped paragraph
+
+
 def cmd_presets(args) -> int:
     from ..hardware import PRESETS, build_cluster, describe_preset
     from ..report.json_out import dumps
@@ -271,7 +275,13 @@ def cmd_presets(args) -> int:
             _print(dumps({**d, "units": PRESET_UNITS}))
             return EXIT_OK
         rows = [(k, _preset_value(k, v)) for k, v in d.items()]
+        # prose (the description, the sources) is wrapped below the table rather than stretching one cell
+        prose = [(k, v) for k, v in rows if len(v) > PROSE_CELL]
+        rows = [(k, "(below)" if len(v) > PROSE_CELL else v) for k, v in rows]
         _print(render([(f"preset {d['preset']}", ["key", "value"], rows)], rich=_tty(sys.stdout)))
+        for k, v in prose:
+            _print(f"\n{k}:\n" + textwrap.fill(v, width=100, initial_indent="  ", subsequent_indent="  ",
+                                               break_on_hyphens=False, break_long_words=False))
         return EXIT_OK
     listing = []
     for name, p in PRESETS.items():
