@@ -272,3 +272,14 @@ def test_sweep_honours_the_scenarios_outputs(capsys, tmp_path):
     doc = json.loads((tmp_path / "o" / "rows.json").read_text())
     assert code == 0 and out == "" and [r["size"] for r in doc["rows"]] == [1 << 20, 2 << 20]
     assert "note: a sweep writes no outputs.trace" in err and not (tmp_path / "o" / "trace.json").exists()
+
+
+def test_rank_traces_say_how_hta_should_load_them(capsys, tmp_path):
+    """Issue 25: HTA rounds each kernel's start up and end down to whole us unless HTA_DISABLE_NS_ROUNDING=1, so
+    sub-us kernels come out negative (train-gpt-3d: compute_time -13.0 us); the run says how to load the files."""
+    scen = tmp_path / "s.yaml"
+    scen.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizes: [1MiB], ranks: 4}\n")
+    code, out, _ = run(capsys, "run", str(scen), "--out", str(tmp_path / "o"), "--rank-traces")
+    assert code == 0 and "wrote rank_traces: " in out and "HTA_DISABLE_NS_ROUNDING=1" in out
+    # 4 of the box's 8 GPUs ran the collective: the line says only they have a file
+    assert "(4 of the cluster's 8 ranks ran something in the simulation; only they have a file)" in out

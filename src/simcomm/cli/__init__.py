@@ -120,8 +120,17 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
         width = shutil.get_terminal_size((120, 24)).columns
         _print(render(report_blocks(result), rich=_tty(sys.stdout), width=width))
         for what, where in written.items():
-            _print(f"wrote {what}: {where}")
+            _print(f"wrote {what}: {where}" + (_rank_traces_note(where, result.cluster) if what == "rank_traces"
+                                               else ""))
     return EXIT_OK
+
+
+def _rank_traces_note(directory, cluster) -> str:
+    """How many ranks have a file (those that ran something in the simulation), and how HTA should load them."""
+    files = len(list(Path(directory).glob("rank*.json")))
+    shown = f" ({files} of the cluster's {cluster.num_ranks} ranks ran something in the simulation; only they " \
+            "have a file)" if files < cluster.num_ranks else ""
+    return shown + HTA_HINT
 
 
 def cmd_validate(args) -> int:
@@ -262,6 +271,8 @@ def _preset_value(key: str, v) -> str:
     return str(v)
 
 
+# HTA rounds ns-resolution kernels to whole us (start up, end down): a kernel under 1 us gets a negative length
+HTA_HINT = " (load it into HTA with HTA_DISABLE_NS_ROUNDING=1: HTA rounds kernels to whole us otherwise)"
 PROSE_CELL = 100  # characters: a longer preset value is printed as a wrapped paragraph
 
 
