@@ -1,12 +1,15 @@
-"""A torch ProcessGroup per launched rank, served by simcomm: what DistributedDataParallel talks to.
+"""A torch ProcessGroup served by simcomm: each group a launched rank is handed (c10d.py registers them).
 
-DDP does not call torch.distributed's Python functions for its gradients: its C++ Reducer (and the C++ helpers
-that check parameter shapes and broadcast the initial state) call the process group object's own methods. torch
-lets a Python subclass of ProcessGroup stand in for the C++ one, so each rank gets a SimProcessGroup whose
-allreduce / broadcast / allgather / barrier run simcomm's collectives on the rank's group. Every rank issues
-DDP's bucket all-reduces in the same order, so they meet as they would on a real cluster. An all-reduce issued
-during a backward pass (a gradient bucket) starts and returns at once, overlapping the rest of the backward pass in
-simulated time as DDP does; the others complete before the method returns.
+Much of torch does not call torch.distributed's Python functions but the process group object's own methods:
+DDP's C++ Reducer (and the C++ helpers that check parameter shapes and broadcast the initial state), the
+functional collectives DTensor issues (all_gather_into_tensor, reduce_scatter_tensor, all_reduce, all_to_all_single
+on a group found by name), and c10d's own Python functions that torch's modules import directly (scatter in
+DTensor's mesh_scatter, the pipelining stages' sends and receives). torch lets a Python subclass of ProcessGroup
+stand in for the C++ one, so every such method here runs simcomm's collective on the rank's group, with the root
+and peer ranks of torch's options as group ranks. Every rank issues them in the same order, so they meet as they
+would on a real cluster. An all-reduce issued during a backward pass (a DDP gradient bucket) starts and returns at
+once, overlapping the rest of the backward pass in simulated time as DDP does; the others complete before the
+method returns (sends and receives when waited for).
 """
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import torch.distributed as tdist
 from torch.futures import Future
 
 from ... import distributed as sdist
-from .context import RankContext, current_context
-from .calls import NOT_INITIALIZED, at_backward_end, blocking, in_backward, sim_op
+from .calls import at_backward_end, blocking, in_backward, sim_op
+from .context import RankContext
 
 
 class SimWork(tdist._Work):
