@@ -4,11 +4,11 @@
     torchrun --nproc-per-node 4 examples/torch/fsdp_tp_torchrun.py --tp 2           # gloo on CPUs, NCCL on GPUs
     simcomm launch --nproc-per-node 8 --cluster hgx-h100 examples/torch/fsdp_tp_torchrun.py --tp 2
     simcomm launch --nnodes 64 --nproc-per-node 8 --cluster hgx-h100 --cuda-as meta --compute \\
-        examples/torch/fsdp_tp_torchrun.py --tp 8 --dim 8192 --layers 4 --batch 8 --seq 4096
+        examples/torch/fsdp_tp_torchrun.py --tp 8 --dim 8192 --layers 2 --batch 1 --seq 4096 --steps 1
 
-Rank 0 prints each step's loss (averaged over the data-parallel ranks) and, at the end, a checksum of its weight
-shards. With parameters on the meta device (size only, as `--cuda-as meta` gives them) nothing can be printed but
-the step count and the (simulated) wall time of each step.
+Rank 0 prints each step's loss (averaged over the data-parallel ranks); at the end every rank prints the sum of its
+weight shards. With parameters on the meta device (size only, as `--cuda-as meta` gives them) there are no values
+to print: rank 0 prints each step's (simulated) wall time instead.
 """
 import argparse
 import os
