@@ -15,7 +15,8 @@ MODEL = TransformerConfig(num_layers=2, hidden_size=256, num_attention_heads=4, 
 @pytest.mark.parametrize("kw", [{}, dict(tensor_model_parallel_size=2, sequence_parallel=True),
                                 dict(context_parallel_size=2, recompute_granularity="full"),
                                 dict(tensor_model_parallel_size=2, recompute_granularity="selective",
-                                     use_flash_attn=False)])
+                                     use_flash_attn=False),
+                                dict(bf16=False, tf32=False)])  # fp32: its own rates, unfused attention
 def test_a_step_computes_as_long_on_both_paths(kw):
     config = TrainingConfig(global_batch_size=2, micro_batch_size=1, size_only=True, params_dtype="bf16", **kw)
     world = kw.get("tensor_model_parallel_size", 1) * kw.get("context_parallel_size", 1)

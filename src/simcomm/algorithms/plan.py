@@ -61,6 +61,7 @@ class Placement:
     cluster: object | None = None
     ranks_per_node: int | None = None
     channels: int = 1
+    protocol: str = ""  # the NCCL protocol it runs under (a tree uses fewer channels for small buffers by it)
 
     @classmethod
     def on(cls, cluster) -> "Placement":

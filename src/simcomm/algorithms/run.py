@@ -2,6 +2,8 @@
 the cluster, prepare the data, execute the plan."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import AlgorithmError
@@ -54,6 +56,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     cluster = sim.cluster
     coll = coll.placed(cluster)
     choice: Choice = _choose(sim, coll, algorithm, protocol)
+    coll = replace(coll, placement=replace(coll.placement, protocol=choice.protocol))
     alg = ALGORITHMS[coll.kind][choice.algorithm]
     plan = alg.plans[coll.kind]
     if numerics == "gloo" and algorithm in (None, "ring"):

@@ -82,8 +82,10 @@ class TrainingConfig:
     bf16: bool = setting(True, "bf16 mixed precision")
     fp16: bool = setting(False, "fp16 mixed precision (set bf16: false)")
     fp8_format: str | None = setting(None, "FP8 GEMMs (Transformer Engine)", choices=("hybrid", "e4m3"))
+    tf32: bool = setting(True, "with neither bf16 nor fp16: fp32 GEMMs on TF32 tensor cores (as NGC's PyTorch "
+                               "containers set; false: plain PyTorch's default, full fp32)")
     accumulate_allreduce_grads_in_fp32: bool | None = setting(None, "fp32 gradient buffers (default: on with bf16)")
-    use_flash_attn: bool = setting(True, "flash attention (else materialised s x s scores)")
+    use_flash_attn: bool = setting(True, "flash attention (else materialised s x s scores; fp32 has none)")
     # -- the optimizer (Megatron's: adam is Adam with decoupled weight decay, i.e. AdamW)
     optimizer: str = setting("adam", "adam (AdamW) or sgd", choices=("adam", "sgd"), numeric=True)
     lr: float = setting(1e-3, "learning rate", lo=0.0, hi=1e6, numeric=True)
@@ -151,6 +153,19 @@ class TrainingConfig:
     @property
     def act_dtype(self) -> str:
         return "float16" if self.fp16 else ("bfloat16" if self.bf16 else "float32")
+
+    @property
+    def precision(self) -> str:
+        """What the GEMMs, attention and memory-bound ops run in (FP8 GEMMs aside): bf16, fp16, or, with neither,
+        fp32, whose GEMMs take TF32 when `tf32` (NGC's PyTorch containers, which Megatron-LM recommends, set
+        TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1; plain PyTorch's allow_tf32 defaults to False: set tf32 false)."""
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "tf32" if self.tf32 else "fp32"
+
+    @property
+    def flash_attention(self) -> bool:
+        """Fused (flash) attention: asked for and in 16-bit; fp32 has no flash or cuDNN kernel, so Megatron-Core
+        (Transformer Engine's UnfusedDotProductAttention) runs the unfused kernels."""
+        return self.use_flash_attn and (self.bf16 or self.fp16)
 
     @property
     def sp(self) -> bool:

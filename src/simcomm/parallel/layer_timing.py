@@ -128,9 +128,9 @@ class TemplateCache:
     def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str):
         rpn = self.cluster.ranks_per_node
         local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
-        key = (local, shape, dtype, ideal, cm.fp8, name)
+        key = (local, shape, dtype, ideal, cm.key, name)
         if key not in self._done:
-            rk = (local, stage.shape, dtype, ideal, cm.fp8)
+            rk = (local, stage.shape, dtype, ideal, cm.key)
             runner = self._runners.get(rk)
             if runner is None:
                 runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal)

@@ -74,7 +74,7 @@ class Layout:
     def layer_shape(self) -> LayerShape:
         """One decoder layer on one GPU, one micro-batch: what its kernels, FLOPs and saved tensors depend on."""
         c = self.config
-        return LayerShape(self.model, self.dims.tp, self.dims.cp, c.sp, c.micro_batch_size, c.use_flash_attn,
+        return LayerShape(self.model, self.dims.tp, self.dims.cp, c.sp, c.micro_batch_size, c.flash_attention,
                           c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
 
     @property

@@ -30,10 +30,10 @@ class KernelCharges:
         self.layout = layout
         model = layout.model.with_overrides(attention_dropout=0.0, hidden_dropout=0.0)
         shape = dataclasses.replace(layout.layer_shape, model=model)
-        fp8 = layout.config.fp8_format is not None
-        key = (shape, device.name, device.compute_rate, device.memory_bandwidth, fp8)
+        precision, fp8 = layout.config.precision, layout.config.fp8_format is not None
+        key = (shape, device.name, device.compute_rate, device.memory_bandwidth, precision, fp8)
         if key not in _TABLES:
-            _TABLES[key] = _table(shape, ComputeModel(device, fp8=fp8))
+            _TABLES[key] = _table(shape, ComputeModel(device, precision, fp8=fp8))
         self.table = _TABLES[key]
         self.pending = 0.0
 

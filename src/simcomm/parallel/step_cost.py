@@ -56,7 +56,7 @@ class StepModel:
         if self.dims.world_size > cluster.num_ranks:
             raise SimcommError(f"the layout needs {self.dims.world_size} GPUs; {cluster.name} has "
                                f"{cluster.num_ranks}")
-        self.cm = ComputeModel(cluster.device, fp8=self.cfg.fp8_format is not None)
+        self.cm = ComputeModel(cluster.device, self.cfg.precision, fp8=self.cfg.fp8_format is not None)
         self.detail, self.reuse = detail, reuse
         self.templates = templates or TemplateCache(cluster)
         self.check_memory = check_memory

@@ -150,15 +150,19 @@ def attention_kernels(shape: LayerShape, att: CoreAttention, backward: bool) -> 
             return (Kernel("core_attention.backward", ATTENTION, (bh, sq, 2.5 * real, "backward"), 2 * formula),)
         return (Kernel("core_attention", ATTENTION, (bh, sq, real, "forward"), formula),)
     scores = bh * sq * skv * shape.elem
-    fwd = (Kernel("scores", GEMM, (bh * sq, skv, d), 2.0 * bh * sq * skv * d), _mem("softmax", 2 * scores, "softmax"))
+    # Megatron's fused scale-mask-softmax kernel takes 16-bit scores; fp32 masks in a pass of its own (torch)
+    mask = (_mem("attention_mask", 2 * scores),) if shape.elem == 4 else ()
+    fwd = (Kernel("scores", GEMM, (bh * sq, skv, d), 2.0 * bh * sq * skv * d), *mask,
+           _mem("softmax", 2 * scores, "softmax"))
     fwd += (_mem("attention_dropout", 2 * scores + scores / 2),) if att.dropout else ()
     fwd += (Kernel("attention_x_v", GEMM, (bh * sq, d, skv), 2.0 * bh * sq * skv * d),)
     if not backward:
         return fwd
     out = (Kernel("attention_x_v.backward", GEMM, (bh * sq, skv, 2 * d), 4.0 * bh * sq * skv * d),)
     out += (_mem("attention_dropout.backward", 2.5 * scores),) if att.dropout else ()
-    return out + (_mem("softmax.backward", 3 * scores, "softmax"),
-                  Kernel("scores.backward", GEMM, (bh * sq, 2 * d, skv), 4.0 * bh * sq * skv * d))
+    out += (_mem("softmax.backward", 3 * scores, "softmax"),)
+    out += (_mem("attention_mask.backward", 2 * scores),) if mask else ()
+    return out + (Kernel("scores.backward", GEMM, (bh * sq, 2 * d, skv), 4.0 * bh * sq * skv * d),)
 
 
 def _attention(b: _Builder, att: CoreAttention, backward: bool) -> None:
