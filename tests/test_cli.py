@@ -260,3 +260,16 @@ def test_sweep_honours_the_scenarios_outputs(capsys, tmp_path):
     doc = json.loads((tmp_path / "o" / "rows.json").read_text())
     assert code == 0 and out == "" and [r["size"] for r in doc["rows"]] == [1 << 20, 2 << 20]
     assert "note: a sweep writes no outputs.trace" in err and not (tmp_path / "o" / "trace.json").exists()
+
+
+def test_no_interference_runs_the_scenario_without_sharing_the_gpus(capsys):
+    """simcomm run --no-interference: the step without the breakdown's interference line, and faster."""
+    docs = []
+    for flags in ((), ("--no-interference",)):
+        code, out, _ = run(capsys, "run", str(ROOT / "scenarios" / "gpt3-13b-pipeline-demo.yaml"), "--json",
+                           "--no-files", *flags)
+        assert code == 0
+        docs.append(json.loads(out)["step"])
+    on, off = docs
+    assert on["breakdown"]["interference"] > 0 and "interference" not in off["breakdown"]
+    assert off["step_time"] < on["step_time"]
