@@ -111,3 +111,14 @@ def test_memory_bound_work_loses_the_bandwidth_taken():
     assert slowdown(MEMORY_KERNEL, 24, 0, SMS, HBM) == pytest.approx(1 / (1 - 24 * sharing.COMM_CTA_HBM / HBM))
     assert slowdown(SPREAD_KERNEL, 32, 0, SMS, HBM) == pytest.approx(SMS / (SMS - 32))
     assert math.isfinite(slowdown(SPREAD_KERNEL, 10 * SMS, 0, SMS, HBM))
+
+
+def test_docs_tables_are_what_the_example_prints(capsys):
+    """docs/model.md's measured-beside-model tables are examples/engine/interference_vs_measured.py's output."""
+    import runpy
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    runpy.run_path(str(root / "examples" / "engine" / "interference_vs_measured.py"), run_name="__main__")
+    doc = (root / "docs" / "model.md").read_text()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(rows) > 30 and all(line in doc for line in rows)
