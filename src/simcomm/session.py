@@ -30,7 +30,6 @@ from .algorithms.channels import p2p_channels
 from .algorithms.reduce_ops import as_reduce_op
 from .engine import NO_TAGS, SPREAD_MIX, Mix, Simulation
 from .engine.compute import holding
-from .engine.sharing import COMM_BESIDE_COMPUTE
 from .errors import SimcommError
 from .hardware import Cluster, build_cluster
 from .units import parse_size
@@ -290,13 +289,8 @@ class Session:
             channels = p2p_channels(self.cluster, ~intra, np.broadcast_to(amount, src.shape))
             got = self._p2p_memo[key] = (*holding(np.r_[src, dst], np.r_[channels, channels]), intra)
         ranks, held, intra = got
-        release = compute.hold(ranks, held)
-        wire = 1.0
-        if compute.active and intra.any():
-            slow = intra & (compute.busy(src) | compute.busy(dst))
-            if slow.any():
-                wire = np.where(slow, 1.0 + COMM_BESIDE_COMPUTE, 1.0)
-        return release, wire
+        slow, _ = compute.beside(src, dst, intra)
+        return compute.hold(ranks, held), 1.0 if slow is None else slow
 
     def occupy(self, ranks, sms: int, *, until: simpy.Event) -> None:
         """Hold `sms` SMs on each of `ranks` from now until `until` fires, as a communication kernel does (for

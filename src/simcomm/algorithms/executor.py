@@ -16,7 +16,7 @@ is timed exactly as before.
 
 Compute beside a collective slows its copies inside a node (engine/sharing.py: its CTAs share the GPU): a flow
 between two GPUs of one node whose sender or receiver is computing when the step starts puts COMM_BESIDE_COMPUTE
-more bytes on the wire. Across nodes the CTAs wait on the NIC, far slower than they copy, and nothing changes. A
+more bytes on the wire (ComputeQueue.beside). Across nodes the CTAs wait on the NIC, far slower than they copy, and nothing changes. A
 closed-form run of repeats is decided the same way when it starts, and ends where the compute it found ends.
 
 A protocol with a rate cap (LL's llMaxBw: protocols.py) is held to it step by step: a step whose busiest sender
@@ -34,7 +34,6 @@ import numpy as np
 from ..engine import NO_TAGS
 from ..engine.cache import BoundedCache
 from ..engine.resources import reduction_bytes
-from ..engine.sharing import COMM_BESIDE_COMPUTE
 from .chains import StepMap, advance
 from .plan import Buffers, Collective, Plan, Step
 from .protocols import Protocol
@@ -84,16 +83,11 @@ class _Executor:
         """(wire factor now, until when): wire(st), raised on the flows inside a node whose sender or receiver is
         computing now (module docstring), and when the first of those computations ends (None: none slowed)."""
         factor = self.wire(st)
-        compute = self.sim.compute
-        if not compute.active or not len(st.src):
+        if not len(st.src):
             return factor, None
         g_src, g_dst, _ = self.flows(st)
-        intra = self.seen.get(id(st.src))[4]
-        slow = intra & (compute.busy(g_src) | compute.busy(g_dst))
-        if not slow.any():
-            return factor, None
-        until = float(np.maximum(compute.free_at[g_src[slow]], compute.free_at[g_dst[slow]]).min())
-        return factor * np.where(slow, 1.0 + COMM_BESIDE_COMPUTE, 1.0), until
+        slow, until = self.sim.compute.beside(g_src, g_dst, self.seen.get(id(st.src))[4])
+        return (factor if slow is None else factor * slow), until
 
     def wire(self, st: Step) -> float:
         """The wire factor of step st: the protocol's, raised where its rate cap binds (module docstring)."""

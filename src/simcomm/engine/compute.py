@@ -4,8 +4,8 @@ Work queued on one device runs back to back, as on a CUDA stream. A job is a run
 alone and its shape (sharing.Kernel). While communication holds SMs of a GPU, each kernel there runs
 `slowdown(kernel, held)` times longer. Holding is event-driven: when a communication kernel starts or ends on a
 GPU (`occupy`, and the release it returns), the jobs queued there are re-rated from the point each has reached,
-as flows are re-shared when one starts or ends; nothing polls. A job costs one event, plus one each time its end
-moves.
+as flows are re-shared when one starts or ends; nothing polls. A job costs one event, plus one where a change
+moves its end before its pending wake-up, or that wake-up finds it not yet done.
 
 Without sharing (interference off, or a device without SMs) a job's end is fixed when it is queued, as
 DeviceQueue always did; the numbers are then exactly those of a plain FIFO.
@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .resources import DeviceQueue
-from .sharing import SPREAD_KERNEL, Kernel, slowdown
+from .sharing import COMM_BESIDE_COMPUTE, SPREAD_KERNEL, Kernel, slowdown
 from .trace import NO_TAGS
 
 
@@ -196,12 +196,19 @@ class ComputeQueue(DeviceQueue):
             return None
         taken = sms if margin else 0
         self._change(ranks, sms, taken)
-        return lambda: self._change(ranks, -sms, -taken if margin else 0)
+        return lambda: self._change(ranks, -sms, -taken)
 
-    @property
-    def active(self) -> bool:
-        """Whether any compute is queued or running anywhere (with sharing on)."""
-        return bool(self._jobs)
+    def beside(self, src: np.ndarray, dst: np.ndarray, intra: np.ndarray):
+        """Communication beside compute: for flows src[i] -> dst[i] (intra[i]: inside one node, where the kernel's
+        CTAs do the copying), the factor each one's bytes on the wire grow by where either GPU computes now
+        (COMM_BESIDE_COMPUTE), and when the first of those computations ends; (None, None) where none does."""
+        if not self._jobs or not intra.any():
+            return None, None
+        slow = intra & (self.busy(src) | self.busy(dst))
+        if not slow.any():
+            return None, None
+        until = float(np.maximum(self.free_at[src[slow]], self.free_at[dst[slow]]).min())
+        return np.where(slow, 1.0 + COMM_BESIDE_COMPUTE, 1.0), until
 
     def _change(self, ranks: np.ndarray, held, margin) -> None:
         now = self.env.now
