@@ -181,8 +181,9 @@ class TrainingWorkload(Workload):
         step = model.run()
         dims = layout.dims
         traced = frozenset(int(x) for x in dims.grid[:, 0].reshape(-1))
-        rows = [{"stage": r, "gpu": int(dims.grid[r, 0, 0, 0]), "finish": step.finish[r], **b,
-                 "peak_memory": step.memory[r].peak} for r, b in enumerate(step.stages)]
+        rows = [{"stage": r, "gpu": int(dims.grid[r, 0, 0, 0]), "finish": step.finish[r],
+                 **{k: b[k] for k in step.categories}, "peak_memory": step.memory[r].peak}
+                for r, b in enumerate(step.stages)]
         result = TrainingResult(name, self.kind, cluster, rows, model.session.sim, notes=list(step.notes),
                                 details={"step": step.as_dict()})
         result.traced = traced
