@@ -283,3 +283,16 @@ def test_rank_traces_say_how_hta_should_load_them(capsys, tmp_path):
     assert code == 0 and "wrote rank_traces: " in out and "HTA_DISABLE_NS_ROUNDING=1" in out
     # 4 of the box's 8 GPUs ran the collective: the line says only they have a file
     assert "(4 of the cluster's 8 ranks ran something in the simulation; only they have a file)" in out
+
+
+def test_no_interference_runs_the_scenario_without_sharing_the_gpus(capsys):
+    """simcomm run --no-interference: the step without the breakdown's interference line, and faster."""
+    docs = []
+    for flags in ((), ("--no-interference",)):
+        code, out, _ = run(capsys, "run", str(ROOT / "scenarios" / "gpt3-13b-pipeline-demo.yaml"), "--json",
+                           "--no-files", *flags)
+        assert code == 0
+        docs.append(json.loads(out)["step"])
+    on, off = docs
+    assert on["breakdown"]["interference"] > 0 and "interference" not in off["breakdown"]
+    assert off["step_time"] < on["step_time"]

@@ -56,6 +56,8 @@ class Placement:
     one ring or tree per NIC rail across nodes; inside one node one suffices).
 
     A Collective without a placement is scheduled as if its ranks shared one flat switch: one channel, no nodes.
+    These channels are the plan's distinct rings and trees (one per NIC rail); the CTAs its kernel holds on each
+    GPU, NCCL's channel count, are channels.collective_channels.
     """
 
     cluster: object | None = None

@@ -92,9 +92,9 @@ def cmd_run(args) -> int:
 
 def _run_one(args, path: str, out: str | None, docs: list) -> int:
     from ..report import PLOT_FILES, dumps, render, result_json, write_outputs
-    from ..scenario import load_scenario
+    from ..scenario import NO_INTERFERENCE, load_scenario
     from ..workloads import plots_for, report_blocks, run_scenario
-    loaded = load_scenario(scenario_path(path))
+    loaded = load_scenario(scenario_path(path), NO_INTERFERENCE if args.no_interference else None)
     o = loaded.scenario.outputs
     json_file = o.json or ("result.json" if args.save_json else None)
     trace_file = o.trace or ("trace.json" if args.trace else None)
@@ -344,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Holistic Trace Analysis")
     r.add_argument("--no-files", action="store_true", help="write nothing, whatever outputs says")
     r.add_argument("--detail", choices=["flows", "steps"], help="override model.detail")
+    r.add_argument("--no-interference", action="store_true",
+                   help="compute and communication do not share the GPUs (model.interference: false)")
     r.set_defaults(func=cmd_run)
 
     perf.add_parser(sub)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import MEMORY_KERNEL, Mix
 from ..engine.trace import Activity
 from ..errors import SimcommError
 from ..session import Session
@@ -32,6 +33,7 @@ from .step_result import StepResult
 from .step_traffic import Traffic
 
 TRACE_BUDGET = 100_000  # layer-level trace records (per-layer blocks and their TP/CP transfers) at most
+OPTIMIZER_MIX = Mix([1.0], [MEMORY_KERNEL])  # Adam: memory-bound
 
 
 def optimizer_seconds(layout, rank: int, cm) -> float:
@@ -171,7 +173,7 @@ class StepModel:
                                    f"{step_time} s")
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
-                          dict(traffic.stats), per_stage, list(ends), traffic.s.sim)
+                          dict(traffic.stats), per_stage, list(ends), traffic.s.sim.interference, traffic.s.sim)
 
 
 class _StepEnd:
@@ -249,10 +251,11 @@ class _StepEnd:
                                                    tags={"axis": "mp", "phase": "grad_norm"})
         yield self._norm
         st.acc["dp"] += env.now - t
-        t = env.now
-        yield self.p.session.compute(st.ranks, seconds=optimizer_seconds(self.model.layout, r, self.model.cm),
-                                     tags={"stage": r, "phase": "optimizer"}, label="optimizer")
-        st.acc["optimizer"] += env.now - t
+        t, secs = env.now, optimizer_seconds(self.model.layout, r, self.model.cm)
+        yield self.p.session.compute(st.ranks, seconds=secs, tags={"stage": r, "phase": "optimizer"},
+                                     label="optimizer", kernels=OPTIMIZER_MIX)
+        st.acc["optimizer"] += secs
+        st.acc["interference"] += (env.now - t) - secs
         gathers = self.p.dp.after_optimizer(r)
         if gathers:
             t = env.now

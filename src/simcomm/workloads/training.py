@@ -166,8 +166,8 @@ class TrainingWorkload(Workload):
         step = model.run()
         dims = layout.dims
         traced = frozenset(int(x) for x in dims.ranks(dp=0).reshape(-1))
-        rows = [{"stage": r, "gpu": m.gpu, "finish": step.finish[r], **b, "peak_memory": m.peak}
-                for r, (b, m) in enumerate(zip(step.stages, step.memory))]
+        rows = [{"stage": r, "gpu": m.gpu, "finish": step.finish[r], **{k: b[k] for k in step.categories},
+                 "peak_memory": m.peak} for r, (b, m) in enumerate(zip(step.stages, step.memory))]
         result = TrainingResult(name, self.kind, cluster, rows, step.simulation, notes=list(step.notes),
                                 details={"step": step.as_dict()})
         result.traced = traced

@@ -4,13 +4,14 @@ A forward (backward) waits for its activation (gradient) from the neighbouring v
 the compute stream (Session.compute, tagged), cut where a part must wait for its parameters, and sends its output
 over the real network (blocking, as Megatron-LM's p2p is, unless overlap_p2p_comm). Each StageTiming owns its time
 breakdown (step_result.CATEGORIES): the kernels of its passes (forward, backward, recompute, and the TP and CP
-communication they leave exposed), pp (a blocking send in flight, or waiting for an activation or gradient
+communication they leave exposed, and how much longer they took for sharing the GPU: interference), pp (a blocking send in flight, or waiting for an activation or gradient
 already on the wire), dp (waiting for parameters), bubble (waiting for work not yet produced); the step adds
 what follows the schedule (step_cost.py). Not modelled: the rendezvous of NCCL p2p (a send starts when its data
 is ready).
 """
 from __future__ import annotations
 
+from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
 from .schedules import FORWARD
 
@@ -27,12 +28,31 @@ class Pipeline:
         self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
         self.arrivals: dict = {}  # (phase, microbatch, virtual stage) -> [event, time its transfer started]
         self.instances: list = []  # (rank, action, pass, part start times), in the order the passes ended
+        self._mixes: dict = {}
         self.stages = [StageTiming(self, r) for r in range(dims.pp)]
 
     def arrival(self, key) -> list:
         if key not in self.arrivals:
             self.arrivals[key] = [self.env.event(), None]
         return self.arrivals[key]
+
+    def mix(self, p, i: int, j: int) -> Mix | None:
+        """What parts i..j-1 of pass p are made of (their templates' kernels and idle waits), for the engine to
+        slow them by the communication that runs beside them."""
+        key = (id(p), i, j)
+        got = self._mixes.get(key)
+        if got is None:
+            weights, kernels = [], []
+            for x in p.parts[i:j]:
+                mix = x.template.mix
+                if mix is None:
+                    weights.append(x.template.duration)
+                    kernels.append(IDLE_KERNEL)
+                else:
+                    weights.extend((mix.weights * x.template.duration).tolist())
+                    kernels.extend(mix.kernels)
+            got = self._mixes[key] = Mix(weights, kernels) if sum(weights) > 0 else None
+        return got
 
 
 class StageTiming:
@@ -107,7 +127,9 @@ class StageTiming:
             secs = sum(x.template.duration for x in p.parts[i:j])
             t0 = env.now
             starts += [t0 + x.offset - p.parts[i].offset for x in p.parts[i:j]]
-            yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a))
+            yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a),
+                                       kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
+            self.acc["interference"] += (env.now - t0) - secs  # slowed by communication beside it
             if self.after_part is not None:
                 for x, s in zip(p.parts[i:j], starts[i:j]):
                     self.after_part(self.rank, a, x, s)
