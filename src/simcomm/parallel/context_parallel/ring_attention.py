@@ -8,8 +8,6 @@ The next block's transfer is started before the current block is computed, so co
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..model import layers as L
 from ..model.tensor import is_meta, zeros_like
 from .ring import Ring
