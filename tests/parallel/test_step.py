@@ -6,9 +6,9 @@ import pytest
 from simcomm.errors import OutOfMemoryError
 from simcomm.hardware import build_cluster
 from simcomm.parallel import StepModel, TrainingConfig, build_layout, model_preset
+from simcomm.parallel.layer_timing import PROGRAMS, TemplateRunner
 from simcomm.parallel.pipeline_parallel.schedules import FORWARD, makespan, timeline
-from simcomm.parallel.step import PROGRAMS, optimizer_seconds
-from simcomm.parallel.templates import TemplateRunner
+from simcomm.parallel.step_cost import optimizer_seconds
 
 WIDE = model_preset("gpt3-13b", num_layers=24, padded_vocab_size=256)  # the layers dominate every stage
 
@@ -89,7 +89,7 @@ def test_recompute_costs_compute_and_saves_memory():
 
 def test_zero3_gathers_every_layer_every_pass():
     sim, res = step(model_preset("gpt3-1.3b"), global_batch_size=16, zero_stage=3, micro_batch_size=2)
-    gathers = [a for a in sim.session.sim.recorder.activities() if a.kind == "collective" and a.rank == 0
+    gathers = [a for a in res.simulation.recorder.activities() if a.kind == "collective" and a.rank == 0
                and a.tags.get("phase") == "param_gather"]
     layers = 24 + 2  # decoder layers, embedding, output
     assert len(gathers) == layers * 2 * 1  # forward and backward of the one micro-batch per replica
@@ -111,7 +111,7 @@ def test_same_inputs_same_step():
 def test_records_carry_stage_microbatch_layer_and_axis():
     sim, res = step(model_preset("llama3-8b"), nodes=2, global_batch_size=16, tensor_model_parallel_size=4,
                     pipeline_model_parallel_size=2, sequence_parallel=True)
-    acts = sim.session.sim.recorder.activities()
+    acts = res.simulation.recorder.activities()
     layers = [a for a in acts if a.kind == "compute" and "layer" in a.tags]
     assert {a.tags["stage"] for a in layers} == {0, 1}
     assert {a.tags["layer"] for a in layers if a.tags["stage"] == 1} >= set(range(16, 32))
@@ -129,23 +129,24 @@ SMALL = model_preset("llama3-8b", num_layers=4)
 def test_context_parallel_rings_run_on_the_cp_groups_and_gradients_over_dp_x_cp():
     sim, res = step(SMALL, nodes=2, global_batch_size=4, tensor_model_parallel_size=4, context_parallel_size=2,
                     sequence_parallel=True, use_distributed_optimizer=True, overlap_grad_reduce=True)
-    grid = sim.dims.grid  # [pp, dp, cp, tp]
-    assert (sim.dims.tp, sim.dims.cp, sim.dims.dp) == (4, 2, 2)
+    dims = sim.dims
+    assert (dims.tp, dims.cp, dims.dp) == (4, 2, 2)
+    replica = dims.ranks(pp=0, dp=0)  # (cp, tp)
     assert res.breakdown["cp"] >= 0 and res.step_time > 0
-    acts = sim.session.sim.recorder.activities()
+    acts = res.simulation.recorder.activities()
     cp = [a for a in acts if a.tags.get("axis") == "cp"]
     # every GPU of the replica passes K,V around its ring in forward and backward
-    assert {a.rank for a in cp} == set(grid[0, 0].reshape(-1).tolist())
+    assert {a.rank for a in cp} == set(replica.reshape(-1).tolist())
     assert {a.tags["phase"] for a in cp} == {"forward", "backward"} and all(a.kind == "p2p" for a in cp)
     # the layer's ring: each TP rank sends to the same TP rank of the next CP rank
-    runner = TemplateRunner(sim.cluster, sim.cm, grid[0, 0], "bfloat16")
+    runner = TemplateRunner(sim.cluster, sim.cm, replica, "bfloat16")
     runner.run("layer.forward", PROGRAMS["layer.forward"](sim.shape))
     sends = {(a.rank, a.peer) for a in runner.session.sim.recorder.activities() if a.kind == "p2p"}
-    ring = {(int(grid[0, 0, c, t]), int(grid[0, 0, (c + 1) % 2, t])) for c in range(2) for t in range(4)}
+    ring = {(int(replica[c, t]), int(replica[(c + 1) % 2, t])) for c in range(2) for t in range(4)}
     assert sends == ring
     # weight gradients are reduced over dp x cp (Megatron widens the data-parallel group by CP)
     reduce = {a.rank for a in acts if a.kind == "collective" and a.tags.get("phase") == "grad_reduce"}
-    groups = [set(grid[0, :, :, t].reshape(-1).tolist()) for t in range(4)]
+    groups = [set(dims.ranks(pp=0, tp=t).reshape(-1).tolist()) for t in range(4)]
     touched = [g for g in groups if g & reduce]
     assert touched and all(g <= reduce for g in touched) and reduce == set().union(*touched)
 
@@ -161,6 +162,24 @@ def test_fp8_gemms_are_faster_than_bf16_all_else_equal():
         assert 1.05 < ratio < sim16.cm.gemm(8192, 4096, 4096) / sim8.cm.gemm(8192, 4096, 4096), phase
     assert fp8.step_time < bf16.step_time and fp8.peak_memory > bf16.peak_memory  # FP8 weight copies
     assert fp8.model_flops == bf16.model_flops
+
+
+def test_a_bf16_false_step_costs_what_fp32_and_tf32_measure():
+    # one GPU of the measured Llama block's shape, so the step is its layers' kernels (calibration.BLOCK_MS: the
+    # block runs 13.6x bf16's time in fp32, 3.7x with TF32, 1.03x in fp16)
+    llama = model_preset("llama3-8b", num_layers=4, padded_vocab_size=256, seq_length=4096)
+    kw = dict(model=llama, preset="hgx-h100", global_batch_size=1, world_size=1, ideal_network=True)
+    sims, res = {}, {}
+    for name, flags in {"bf16": {}, "fp16": dict(bf16=False, fp16=True), "tf32": dict(bf16=False),
+                        "fp32": dict(bf16=False, tf32=False)}.items():
+        sims[name], res[name] = step(**kw, **flags)
+        assert sims[name].cm.precision == name
+    passes = {k: r.breakdown["forward"] + r.breakdown["backward"] for k, r in res.items()}
+    assert 12 < passes["fp32"] / passes["bf16"] < 17
+    assert 2.5 < passes["tf32"] / passes["bf16"] < 4
+    assert 1.0 <= passes["fp16"] / passes["bf16"] < 1.06
+    assert not sims["fp32"].shape.flash and sims["bf16"].shape.flash  # fp32 has no flash kernel: unfused
+    assert res["fp32"].model_flops == res["bf16"].model_flops and res["fp32"].peak_memory > res["bf16"].peak_memory
 
 
 def test_overlapping_p2p_hides_pipeline_sends():
@@ -179,7 +198,7 @@ def test_zero2_reduce_scatters_every_microbatch():
     counts = {}
     for zero in (1, 2):
         sim, res = step(**kw, zero_stage=zero)
-        ops = [a for a in sim.session.sim.recorder.activities() if a.kind == "collective" and a.rank == 0
+        ops = [a for a in res.simulation.recorder.activities() if a.kind == "collective" and a.rank == 0
                and a.tags.get("phase") == "grad_reduce"]
         assert {a.tags["collective"] for a in ops} == {"reduce_scatter"}
         counts[zero] = len(ops)

@@ -13,7 +13,7 @@ its parent at stage (D - d) + j, after its children's slice j arrived (they are 
 sending slice j down at stage D + j, and a rank at depth d forwards it at stage D + d + j. So an all-reduce takes
 2D + slices - 1 stages, every stage moving one slice per tree edge. Reductions happen at the receiving parent
 (charged to its HBM). Identical flows of a stage (the channels' chains share rank pairs) travel as one weighted
-flow. Small buffers use fewer channels, as NCCL does (MIN_CHANNEL_BYTES per channel and tree).
+flow. Small buffers use fewer channels, as NCCL does (MIN_CHANNEL_BYTES of the protocol per channel and tree).
 
 Latency: each rank has a clock per tree instance and direction (the executor's `chains`), so a slice's latency
 adds up along its own path, up then down (2D hops, NCCL's 2 * depth * hop latency). Stages run in lockstep for
@@ -145,7 +145,7 @@ def _predict_all_reduce(m: CostModel, coll: Collective) -> float:
     most."""
     size = float(coll.nbytes)
     members = max(1, m.ppn)
-    channels = tree_channels(coll, m.nodes, members)
+    channels = tree_channels(coll, m.nodes, members, m.proto.name)
     seg = -(-coll.count // (2 * channels))
     slices = choose_slices(seg * coll.itemsize)
     times = _stage_times(m, channels, slices, -(-seg // slices) * coll.itemsize, head_stride(coll, m.nodes, members))

@@ -6,7 +6,10 @@ import numpy as np
 
 from .plan import Collective, channel_stride
 
-MIN_CHANNEL_BYTES = 32 << 10  # a channel per this many bytes per tree, at most (NCCL: 64 B/thread x 512 threads)
+# The fewest bytes NCCL gives a channel, by protocol: its threads x its per-thread threshold (init.cc's maxThreads
+# and threadThresholds; enqueue.cc drops channels while nBytes < channels x threads x threshold): LL 512 x 8,
+# LL128 640 x 8, Simple 512 x 64.
+MIN_CHANNEL_BYTES = {"LL": 512 * 8, "LL128": 640 * 8, "Simple": 512 * 64}
 
 
 # ---- tree shapes (ports of NCCL's ncclGetBtree / ncclGetDtree) ----------------------------------------------
@@ -43,12 +46,14 @@ def node_members(coll: Collective) -> list[np.ndarray]:
     return np.split(order, starts[1:])
 
 
-def tree_channels(coll: Collective, nodes: int, per_node: int) -> int:
+def tree_channels(coll: Collective, nodes: int, per_node: int, protocol: str = "") -> int:
     """Tree instances per direction: the placement's channels across nodes (a node's ranks inside one), at most
     one per rank of the smallest node, and, like NCCL, fewer for small messages (each channel needs enough bytes
-    to keep its threads busy)."""
+    to keep its threads busy: MIN_CHANNEL_BYTES of the protocol, the placement's unless given; Simple's by
+    default)."""
     channels = max(1, min(coll.placement.channels if nodes > 1 else per_node, per_node))
-    return max(1, min(channels, -(-coll.count * coll.itemsize // (2 * MIN_CHANNEL_BYTES))))
+    least = MIN_CHANNEL_BYTES.get(protocol or coll.placement.protocol, MIN_CHANNEL_BYTES["Simple"])
+    return max(1, min(channels, -(-coll.count * coll.itemsize // (2 * least))))
 
 
 def head_stride(coll: Collective, nodes: int, per_node: int) -> int:

@@ -33,13 +33,14 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import OutOfMemoryError, SimcommError
 from ..workers import RayPool
+from .config import TrainingConfig
 from .dims import LayoutError
+from .layer_timing import PROGRAMS, Template, TemplateCache
+from .layout import build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.schedules import FORWARD, makespan, timeline
-from .passes import build_pass
-from .step import PROGRAMS, StepModel, TemplateCache, optimizer_seconds
-from .step_config import TrainingConfig, build_layout
-from .templates import Template, kernel_seconds
+from .step_cost import StepModel, optimizer_seconds
+from .step_passes import build_pass
 
 RECOMPUTE_NAMES = {None: "none", "selective": "selective", "full": "full"}
 
@@ -69,11 +70,12 @@ class Candidate:
     zero: int
     recompute: str | None
 
-    def config(self, base: TrainingConfig, num_layers_per_stage: int) -> TrainingConfig:
+    def config(self, base: TrainingConfig) -> TrainingConfig:
         return replace(base, tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
                        context_parallel_size=self.cp, micro_batch_size=self.mbs, sequence_parallel=self.tp > 1,
                        pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
-                       num_layers_per_virtual_pipeline_stage=num_layers_per_stage // self.v if self.v > 1 else None,
+                       num_layers_per_virtual_pipeline_stage=None,
+                       virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
                        zero_stage=self.zero, use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
                        overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
                        recompute_method="uniform", recompute_num_layers=None, world_size=0)
@@ -135,7 +137,7 @@ def _init(cluster, model, base) -> None:
 
 def _layout(c: Candidate):
     model, base = _STATE["model"], _STATE["base"]
-    return build_layout(model, c.config(base, model.num_layers // c.pp), _STATE["cluster"].num_ranks)
+    return build_layout(model, c.config(base), _STATE["cluster"].num_ranks)
 
 
 def schedule_key(c: Candidate) -> tuple:
@@ -146,12 +148,12 @@ def schedule_key(c: Candidate) -> tuple:
 
 def _kernel_templates(sim: StepModel) -> dict[str, Template]:
     """Each program as a template of its kernels alone: the compute stream's seconds, no communication."""
-    key = (sim.shape, sim.cm.fp8)
+    key = (sim.shape, sim.cm.key)
     if key not in _STATE["kernels"]:
         out = {}
         for name, program in PROGRAMS.items():
             steps = program(sim.shape)
-            busy = sum(sum(kernel_seconds(sim.cm, k) for k in st.compute) for st in steps)
+            busy = sum(sum(sim.cm.kernel(k) for k in st.compute) for st in steps)
             out[name] = Template(name, busy, busy, {}, sum(k.flops for st in steps for k in st.compute))
         _STATE["kernels"][key] = out
     return _STATE["kernels"][key]
@@ -160,7 +162,7 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
 def _kernel_seconds(sim: StepModel, rank: int, chunk: int, phase: str) -> float:
     """A pass's kernels' seconds (no communication), by what they depend on: shared by many layouts."""
     L, cfg = sim.layout, sim.cfg
-    key = (sim.shape, sim.cm.fp8, phase, len(L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
+    key = (sim.shape, sim.cm.key, phase, len(L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
            L.has_output(rank, chunk), cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers)
     if key not in _STATE["seconds"]:
         _STATE["seconds"][key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration

@@ -28,6 +28,7 @@ class RunResult:
     wall: float = 0.0  # seconds the simulation took to run
     notes: list = field(default_factory=list)
     details: dict = field(default_factory=dict)  # more JSON, under its own keys (e.g. "step" for training)
+    plot_data: dict = field(default_factory=dict)  # plot name -> what the report's renderer of that plot takes
 
     @property
     def timeline(self) -> list:
@@ -61,6 +62,10 @@ class Workload:
     def report(self, result: RunResult) -> list:
         """Report blocks for report.table.render: text, or (title, headers, rows) tables."""
         raise NotImplementedError
+
+    def ranks_used(self, result: RunResult) -> int | None:
+        """How many of the cluster's ranks the run used, where fewer than all may be (None: all)."""
+        return None
 
 
 def forced_algorithm(model, kind: str) -> str | None:

@@ -1,0 +1,274 @@
+"""Programs: the kernels and tensor/context-parallel communication of one transformer layer (and of the embedding
+and the output layer), one micro-batch, one GPU, derived from the layer's one description (layer.py).
+
+A program is a list of LayerSteps. A step's compute kernels run back to back on the GPU's compute stream while its
+communication runs beside them (each axis in order on its own stream); the step ends when both are done. So a
+step with compute and communication is overlap, and a step with only communication is exposed communication.
+
+What Megatron-LM (Transformer Engine layers) does, per layer (T tokens per GPU = b s / cp; with sequence
+parallelism the norms, dropouts and residual adds run on T / t tokens):
+- forward: norm, [SP all-gather | -], QKV GEMM, RoPE, core attention (flash, or scores/softmax/dropout/x V
+  GEMMs), [CP ring exchange of K,V beside it], output projection GEMM, [SP reduce-scatter | all-reduce], dropout +
+  residual add, norm, [all-gather], FC1 GEMM, GELU or SwiGLU, FC2 GEMM, [reduce-scatter | all-reduce], residual add.
+  With tp_comm_overlap the all-gathers and reduce-scatters overlap the GEMMs they feed or follow (TE userbuffers).
+- backward: every GEMM twice (dgrad: dY W^T; wgrad: X^T dY); column-parallel layers (QKV, FC1) re-gather their
+  sharded input beside the dgrad GEMM and reduce-scatter (or all-reduce, without SP) the input gradient beside the
+  wgrad GEMM, as Megatron's async linear layers do by default; row-parallel layers (projection, FC2) first gather
+  the sequence-sharded output gradient (SP only; exposed unless tp_comm_overlap). Flash attention's backward
+  recomputes the scores (2.5x the forward's FLOPs); with CP the ring carries K,V again and dK,dV back.
+- FLOPs are recorded in the formula convention (core attention over the full s x s matrix) so they add up to
+  Megatron's num_floating_point_operations; kernel times use the work the causal kernel really does (half).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .layer import CoreAttention, LayerShape, Linear, Pointwise, decoder_layer
+
+GEMM, ATTENTION, MEMORY = "gemm", "attention", "memory"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel: a GEMM (shape = (M, N, K)), flash attention (shape = (batch x heads, queries, real FLOPs,
+    'forward' | 'backward')) or a memory-bound op (shape = (bytes, op class))."""
+
+    name: str
+    kind: str
+    shape: tuple
+    flops: float = 0.0  # formula FLOPs on this GPU (0 for memory-bound ops)
+
+
+@dataclass(frozen=True)
+class LayerComm:
+    """Communication beside the compute: a collective over the GPU's TP group (nbytes = nccl-tests' S), or
+    `steps` ring sends of nbytes each to the next CP rank."""
+
+    name: str
+    axis: str  # "tp" or "cp"
+    collective: str  # all_gather | reduce_scatter | all_reduce | ring
+    nbytes: float
+    steps: int = 1
+
+
+@dataclass(frozen=True)
+class LayerStep:
+    compute: tuple[Kernel, ...] = ()
+    comm: tuple[LayerComm, ...] = ()
+
+
+def _mem(name: str, nbytes: float, cls: str = "elementwise") -> Kernel:
+    return Kernel(name, MEMORY, (float(nbytes), cls))
+
+
+def _gemm(name: str, m: int, n: int, k: int) -> Kernel:
+    return Kernel(name, GEMM, (m, n, k), 2.0 * m * n * k)
+
+
+class _Builder:
+    def __init__(self, shape: LayerShape):
+        self.s = shape
+        self.steps: list[LayerStep] = []
+
+    def compute(self, *kernels: Kernel) -> None:
+        if self.steps and not self.steps[-1].comm:  # merge into the previous compute-only step
+            self.steps[-1] = LayerStep(self.steps[-1].compute + kernels)
+        else:
+            self.steps.append(LayerStep(kernels))
+
+    def beside(self, kernels: tuple[Kernel, ...], *comm: LayerComm) -> None:
+        self.steps.append(LayerStep(tuple(kernels), tuple(c for c in comm if c is not None)))
+
+    def exposed(self, *comm: LayerComm) -> None:
+        self.steps.append(LayerStep((), tuple(c for c in comm if c is not None)))
+
+
+def _tp(shape: LayerShape, name: str, collective: str, tokens: int, width: int) -> LayerComm | None:
+    """A TP collective on a [tokens, width] activation (None at t = 1). S is the whole buffer for all_gather and
+    reduce_scatter, each rank's buffer for all_reduce (nccl-tests)."""
+    if shape.tp == 1:
+        return None
+    return LayerComm(name, "tp", collective, float(tokens * width * shape.elem))
+
+
+def _gather(shape: LayerShape, name: str):
+    """The SP all-gather of the [T, h] activation before a column-parallel GEMM."""
+    return _tp(shape, name, "all_gather", shape.tokens, shape.model.hidden_size) if shape.sp else None
+
+
+def _reduce(shape: LayerShape, name: str):
+    """After a row-parallel GEMM: reduce-scatter with SP, all-reduce without."""
+    return _tp(shape, name, "reduce_scatter" if shape.sp else "all_reduce", shape.tokens, shape.model.hidden_size)
+
+
+def _column_forward(b: _Builder, name: str, gemm: Kernel) -> None:
+    ag = _gather(b.s, f"{name}.all_gather")
+    if ag is not None and b.s.tp_comm_overlap:
+        b.beside((gemm,), ag)
+    else:
+        if ag is not None:
+            b.exposed(ag)
+        b.compute(gemm)
+
+
+def _row_forward(b: _Builder, name: str, gemm: Kernel) -> None:
+    red = _reduce(b.s, f"{name}.{'reduce_scatter' if b.s.sp else 'all_reduce'}")
+    if red is not None and b.s.tp_comm_overlap:
+        b.beside((gemm,), red)
+    else:
+        b.compute(gemm)
+        if red is not None:
+            b.exposed(red)
+
+
+def _column_backward(b: _Builder, name: str, m: int, n: int, k: int, after_dgrad=()) -> None:
+    """Column-parallel Y = X W (X: [m, k], W: [k, n]): dgrad beside the input's re-gather (SP), wgrad beside the
+    input gradient's reduce-scatter (SP) or all-reduce."""
+    dgrad, wgrad = _gemm(f"{name}.dgrad", m, k, n), _gemm(f"{name}.wgrad", k, n, m)
+    b.beside((dgrad,) + tuple(after_dgrad), _gather(b.s, f"{name}.input_all_gather"))
+    b.beside((wgrad,), _reduce(b.s, f"{name}.grad_{'reduce_scatter' if b.s.sp else 'all_reduce'}"))
+
+
+def _row_backward(b: _Builder, name: str, m: int, n: int, k: int) -> None:
+    """Row-parallel Y = X W (X: [m, k] split on k): with SP the output gradient is gathered first."""
+    dgrad, wgrad = _gemm(f"{name}.dgrad", m, k, n), _gemm(f"{name}.wgrad", k, n, m)
+    ag = _gather(b.s, f"{name}.grad_all_gather")
+    if ag is not None and b.s.tp_comm_overlap:
+        b.beside((dgrad,), ag)
+        b.compute(wgrad)
+    else:
+        if ag is not None:
+            b.exposed(ag)
+        b.compute(dgrad, wgrad)
+
+
+def attention_kernels(shape: LayerShape, att: CoreAttention, backward: bool) -> tuple[Kernel, ...]:
+    formula, bh, sq, skv, d = att.flops, att.batch_heads, att.sq, att.skv, att.head_dim
+    if att.flash:
+        real = formula / 2  # the causal kernel skips the masked half
+        if backward:
+            return (Kernel("core_attention.backward", ATTENTION, (bh, sq, 2.5 * real, "backward"), 2 * formula),)
+        return (Kernel("core_attention", ATTENTION, (bh, sq, real, "forward"), formula),)
+    scores = bh * sq * skv * shape.elem
+    # Megatron's fused scale-mask-softmax kernel takes 16-bit scores; fp32 masks in a pass of its own (torch)
+    mask = (_mem("attention_mask", 2 * scores),) if shape.elem == 4 else ()
+    fwd = (Kernel("scores", GEMM, (bh * sq, skv, d), 2.0 * bh * sq * skv * d), *mask,
+           _mem("softmax", 2 * scores, "softmax"))
+    fwd += (_mem("attention_dropout", 2 * scores + scores / 2),) if att.dropout else ()
+    fwd += (Kernel("attention_x_v", GEMM, (bh * sq, d, skv), 2.0 * bh * sq * skv * d),)
+    if not backward:
+        return fwd
+    out = (Kernel("attention_x_v.backward", GEMM, (bh * sq, skv, 2 * d), 4.0 * bh * sq * skv * d),)
+    out += (_mem("attention_dropout.backward", 2.5 * scores),) if att.dropout else ()
+    out += (_mem("softmax.backward", 3 * scores, "softmax"),)
+    out += (_mem("attention_mask.backward", 2 * scores),) if mask else ()
+    return out + (Kernel("scores.backward", GEMM, (bh * sq, 2 * d, skv), 4.0 * bh * sq * skv * d),)
+
+
+def _attention(b: _Builder, att: CoreAttention, backward: bool) -> None:
+    """Core attention's kernels, the CP ring's K,V exchange beside them."""
+    kernels = attention_kernels(b.s, att, backward)
+    ring = _cp_ring(b.s, backward)
+    b.beside(kernels, ring) if ring is not None else b.compute(*kernels)
+
+
+def _cp_ring(shape: LayerShape, backward: bool) -> LayerComm | None:
+    """Ring attention: cp - 1 steps, each passing this GPU's K,V chunk on (and dK,dV back in the backward)."""
+    if shape.cp == 1:
+        return None
+    c = shape.model
+    kv = shape.tokens * 2 * c.kv_projection_size // shape.tp * shape.elem
+    return LayerComm("context_parallel.kv_ring" + (".backward" if backward else ""), "cp", "ring",
+                float(kv * (2 if backward else 1)), shape.cp - 1)
+
+
+def layer_forward(shape: LayerShape) -> list[LayerStep]:
+    """One decoder layer's forward: its operations in order, each product with its TP communication."""
+    b = _Builder(shape)
+    for op in decoder_layer(shape):
+        if isinstance(op, Pointwise):
+            b.compute(_mem(op.name, op.forward_bytes, op.op_class))
+        elif isinstance(op, Linear):
+            (_column_forward if op.parallel == "column" else _row_forward)(b, op.name, _gemm(op.name, op.m, op.n,
+                                                                                              op.k))
+        else:
+            _attention(b, op, backward=False)
+    return b.steps
+
+
+def layer_backward(shape: LayerShape) -> list[LayerStep]:
+    """One decoder layer's backward (without any recomputation): its operations in reverse."""
+    b = _Builder(shape)
+    for op in reversed(decoder_layer(shape)):
+        if isinstance(op, Pointwise):
+            b.compute(_mem(op.name + ".backward", op.backward_bytes, op.op_class))
+        elif isinstance(op, Linear):
+            (_column_backward if op.parallel == "column" else _row_backward)(b, op.name, op.m, op.n, op.k)
+        else:
+            _attention(b, op, backward=True)
+    return b.steps
+
+
+def selective_recompute(shape: LayerShape) -> list[LayerStep]:
+    """What selective recomputation reruns before a layer's backward: core attention's forward."""
+    b = _Builder(shape)
+    _attention(b, next(op for op in decoder_layer(shape) if isinstance(op, CoreAttention)), backward=False)
+    return b.steps
+
+
+def embedding_forward(shape: LayerShape) -> list[LayerStep]:
+    """Vocab-parallel embedding lookup; its partial sums are all-reduced (reduce-scattered with SP) over TP."""
+    c, T, h, e = shape.model, shape.tokens, shape.model.hidden_size, shape.elem
+    b = _Builder(shape)
+    b.compute(_mem("embedding", 2 * T * h * e))
+    red = _reduce(shape, "embedding." + ("reduce_scatter" if shape.sp else "all_reduce"))
+    if red is not None:
+        b.exposed(red)
+    if c.position_embedding_type == "learned_absolute" or c.hidden_dropout > 0:
+        b.compute(_mem("embedding_add_dropout", 3 * shape.sp_tokens * h * e))
+    return b.steps
+
+
+def embedding_backward(shape: LayerShape) -> list[LayerStep]:
+    T, h, e = shape.tokens, shape.model.hidden_size, shape.elem
+    b = _Builder(shape)
+    ag = _gather(shape, "embedding.grad_all_gather")
+    if ag is not None:
+        b.exposed(ag)
+    b.compute(_mem("embedding.backward", 3 * T * h * e))
+    return b.steps
+
+
+def _loss_allreduce(shape: LayerShape, name: str) -> LayerComm | None:
+    return _tp(shape, name, "all_reduce", shape.tokens, 1) if shape.tp > 1 else None
+
+
+def output_forward(shape: LayerShape) -> list[LayerStep]:
+    """Final norm, the vocab-parallel output layer and cross-entropy (three small all-reduces over TP: max, sum
+    of exponentials, target logit; fp32 logits)."""
+    c, T, h, e = shape.model, shape.tokens, shape.model.hidden_size, shape.elem
+    v = c.padded_vocab_size // shape.tp
+    b = _Builder(shape)
+    b.compute(_mem("final_norm", 2 * shape.sp_tokens * h * e, "norm"))
+    _column_forward(b, "output", _gemm("output", T, v, h))
+    for what, traffic in (("max", 2 * T * v * 4), ("sum_exp", 2 * T * v * 4), ("target", T * v * 4)):
+        b.compute(_mem(f"cross_entropy.{what}", traffic, "softmax"))
+        ar = _loss_allreduce(shape, f"cross_entropy.{what}_all_reduce")
+        if ar is not None:
+            b.exposed(LayerComm(ar.name, "tp", "all_reduce", float(T * 4)))
+    return b.steps
+
+
+def output_backward(shape: LayerShape) -> list[LayerStep]:
+    c, T, h, e = shape.model, shape.tokens, shape.model.hidden_size, shape.elem
+    v = c.padded_vocab_size // shape.tp
+    b = _Builder(shape)
+    b.compute(_mem("cross_entropy.backward", T * v * (4 + 4 + e), "softmax"))
+    _column_backward(b, "output", T, v, h)
+    b.compute(_mem("final_norm.backward", 3 * shape.sp_tokens * h * e, "norm"))
+    return b.steps
+
+
+def program_flops(steps: list[LayerStep]) -> float:
+    """Formula FLOPs of a program on one GPU."""
+    return sum(k.flops for st in steps for k in st.compute)

@@ -1,0 +1,168 @@
+"""The step's network operations on a Session, with identical uncontended collectives replayed.
+
+A training step repeats the same collective on the same group many times (a gradient bucket per few layers, a
+ZeRO-3 gather per layer and micro-batch). Running each on the engine costs its full plan; but a collective whose
+links carry nothing else takes exactly the time it took the last time it ran alone. So each collective goes
+through `Traffic`:
+
+- it runs on the engine (a real collective) unless an identical one (kind, ranks, size, dtype) already ran
+  uncontended *and* none of this one's links is busy when it starts; then it is replayed: it takes the recorded
+  time and is recorded like the original (tags carry `replayed: True`).
+- a real collective is remembered only if nothing else touched its links while it ran.
+- a group's links are those of its ring in rank order, both directions (every algorithm's traffic crosses them);
+  a send's are its routes.
+
+The one approximation: traffic that starts on a replayed collective's links while it runs neither slows it nor
+is slowed by it. `stats['late_overlaps']` counts such starts; reports print it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..session import CollectiveRecord, Op, Session
+
+
+class Traffic:
+    """Issues collectives and sends on `session`; replays identical uncontended collectives when `reuse`. With
+    `ideal`, every operation completes at once (the network costs nothing)."""
+
+    def __init__(self, session: Session, *, reuse: bool = True, ideal: bool = False):
+        self.s = session
+        self.env = session.env
+        self.cluster = session.cluster
+        self.reuse = reuse
+        self.ideal = ideal
+        self._group_links: dict[bytes, frozenset] = {}
+        self._pair_links: dict[bytes, frozenset] = {}
+        self._cache: dict[tuple, CollectiveRecord] = {}
+        self._live: list[list] = []  # [op, links, contended, replayed]
+        self.stats = {"real": 0, "replayed": 0, "late_overlaps": 0, "sends": 0}
+
+    # ---- links -------------------------------------------------------------------------------------------------
+    def links_of_routes(self, src, dst) -> frozenset:
+        src = np.atleast_1d(np.asarray(src, dtype=np.int64))
+        dst = np.atleast_1d(np.asarray(dst, dtype=np.int64))
+        key = src.tobytes() + b"|" + dst.tobytes()
+        got = self._pair_links.get(key)
+        if got is None:
+            rids = self.cluster.route_ids(src, dst)
+            routes = self.cluster.route_links
+            got = frozenset(int(j) for r in np.unique(rids).tolist() for j in routes[r].tolist())
+            self._pair_links[key] = got
+        return got
+
+    def group_links(self, ranks) -> frozenset:
+        """Links of the group's ring in rank order, both directions."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        key = ranks.tobytes()
+        got = self._group_links.get(key)
+        if got is None:
+            nxt = np.roll(ranks, -1)
+            got = self.links_of_routes(np.r_[ranks, nxt], np.r_[nxt, ranks]) if len(ranks) > 1 else frozenset()
+            self._group_links[key] = got
+        return got
+
+    # ---- bookkeeping -------------------------------------------------------------------------------------------
+    def _begin(self, op: Op, links: frozenset, replayed: bool) -> bool:
+        """Register `op` as in flight; returns whether any live operation shares a link with it (and marks those
+        contended)."""
+        self._live = [x for x in self._live if not x[0].processed]
+        busy = False
+        for entry in self._live:
+            if entry[1] & links:
+                busy = True
+                entry[2] = True
+                if entry[3]:
+                    self.stats["late_overlaps"] += 1
+        self._live.append([op, links, busy, replayed])
+        return busy
+
+    def _after(self, after, body) -> None:
+        deps = [e for e in (after or ()) if not e.processed]
+        if not deps:
+            body()
+            return
+
+        def waiter():
+            yield self.env.all_of(deps)
+            body()
+        self.env.process(waiter())
+
+    def _instant(self, kind: str, ranks, tags) -> Op:
+        op = Op(self.env, kind, np.atleast_1d(np.asarray(ranks, dtype=np.int64)), dict(tags or {}))
+        op.start = op.end = self.env.now
+        op.succeed()
+        return op
+
+    # ---- operations --------------------------------------------------------------------------------------------
+    def collective(self, kind: str, ranks, size: float, dtype: str, *, after=(), tags=None) -> Op:
+        """A collective over `ranks` of nccl-tests size S = `size` bytes; an Op that fires when it completes."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        if self.ideal or len(ranks) < 2 or size <= 0:
+            if not after:
+                return self._instant("collective", ranks, tags)
+            out = Op(self.env, "collective", ranks, dict(tags or {}))
+            self._after(after, lambda: (setattr(out, "start", self.env.now), setattr(out, "end", self.env.now),
+                                        out.succeed()))
+            return out
+        key = (kind, ranks.tobytes(), int(size), dtype)
+        out = Op(self.env, "collective", ranks, dict(tags or {}))
+
+        def body():
+            links = self.group_links(ranks)
+            cached = self._cache.get(key) if self.reuse else None
+            live_links = any(e[1] & links for e in self._live if not e[0].processed)
+            if cached is not None and not live_links:
+                self._replay(out, cached, ranks, links)
+                return
+            self.stats["real"] += 1
+            op = self.s.collective(kind, ranks, size=int(size), dtype=dtype, tags=tags)
+            entry_busy = self._begin(op, links, False)
+            entry = self._live[-1]
+            out.start = self.env.now
+
+            def done(_e):
+                rec = op.record
+                if not entry_busy and not entry[2]:
+                    self._cache.setdefault(key, rec)
+                out.record, out.tags, out.end = rec, rec.tags, self.env.now
+                out.succeed(rec)
+            op.callbacks.append(done)
+        self._after(after, body)
+        return out
+
+    def _replay(self, out: Op, rec: CollectiveRecord, ranks: np.ndarray, links: frozenset) -> None:
+        self.stats["replayed"] += 1
+        now = self.env.now
+        tags = {**rec.tags, **out.tags, "algorithm": rec.algorithm, "protocol": rec.protocol, "replayed": True}
+        new = CollectiveRecord(rec.collective, rec.ranks, rec.size, rec.count, rec.dtype, rec.op, rec.root,
+                               rec.algorithm, rec.protocol, rec.predicted, now, now + rec.time, tags,
+                               rec.channels)
+        out.start, out.record, out.tags = now, new, tags
+        self._begin(out, links, True)
+        self.s.occupy(ranks, rec.channels, until=out)  # its kernel's SMs, as the real run held them
+        label = f"{rec.collective} {rec.algorithm}/{rec.protocol}"
+
+        def finish(_e):
+            out.end = self.env.now
+            self.s.sim.recorder.spans("collective", ranks, now, out.end, rec.size, label, tags)
+            out.succeed(new)
+        self.env.timeout(rec.time).callbacks.append(finish)
+
+    def send(self, src, dst, nbytes: float, *, after=(), tags=None) -> Op:
+        """Point-to-point src[i] -> dst[i] of nbytes each; fires when the last byte has arrived."""
+        if self.ideal or nbytes <= 0:
+            if not after:
+                return self._instant("p2p", src, tags)
+            out = Op(self.env, "p2p", np.atleast_1d(np.asarray(src)), dict(tags or {}))
+            self._after(after, lambda: (setattr(out, "start", self.env.now), setattr(out, "end", self.env.now),
+                                        out.succeed()))
+            return out
+        self.stats["sends"] += 1
+        op = self.s.send(src, dst, nbytes, after=after, tags=tags)
+        links = self.links_of_routes(src, dst)
+
+        def started():
+            self._begin(op, links, False)
+        self._after(after, started)
+        return op
