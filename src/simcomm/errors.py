@@ -2,6 +2,21 @@
 
 Messages name what is wrong and where: the ranks involved and what each was doing, or the key, value and unit.
 """
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+_PACKAGE = str(Path(__file__).resolve().parent)
+
+
+def user_traceback(exc: BaseException) -> str:
+    """`Traceback (most recent call last): ...` for exc, from the user's own first frame down (simcomm's frames
+    above it, its rank and thread machinery, left out), as the program's own process would print it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    first = next((i for i, f in enumerate(frames) if not str(Path(f.filename).resolve()).startswith(_PACKAGE)), 0)
+    return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames[first:]))
+            + "".join(traceback.format_exception_only(exc)))
 
 
 class SimcommError(Exception):

@@ -127,7 +127,7 @@ def _row(tokens: list[str], columns: list[str]) -> Row | None:
             blocks[-1][name] = tok
         else:
             values[name] = tok
-    if not blocks or any(not math.isfinite(_number(b.get("time", "nan"))) for b in blocks):
+    if not blocks:
         return None
 
     def figures(b):
@@ -136,8 +136,8 @@ def _row(tokens: list[str], columns: list[str]) -> Row | None:
 
     root = values.get("root")
     count = values.get("count")
-    return Row(size, int(count.replace("_", "")) if count and _INT_RE.match(count) else None,
-               values.get("type"), values.get("redop"), int(root) if root not in (None, "") else None,
+    return Row(size, int(count.replace("_", "").replace(",", "")) if count and _INT_RE.match(count) else None,
+               values.get("type"), values.get("redop"), int(root) if root and re.fullmatch(r"-?\d+", root) else None,
                figures(blocks[0]), figures(blocks[1]) if len(blocks) > 1 else None)
 
 
@@ -225,15 +225,32 @@ def parse_text(text: str, source: str = "log") -> list[Table]:
     return tables
 
 
+def _float(value) -> float:
+    """A JSON value as a float; NaN for anything that is not a number (the row is then dropped with a note)."""
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+def _whole(value, what: str, source: str, i: int) -> int:
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+                                       or (isinstance(value, str) and _INT_RE.match(value))):
+        raise LogError(f"{source}: results[{i}]: {what} must be a whole number, got {value!r}"[:300])
+    return int(value.replace("_", "").replace(",", "")) if isinstance(value, str) else int(value)
+
+
 def _figures_from(obj) -> Figures | None:
     if not isinstance(obj, dict):
         return None
     time_us = obj.get("time", obj.get("time_us", obj.get("time(us)")))
     if time_us is None:
         return None
-    return Figures(float(time_us), float(obj.get("algbw", obj.get("algbw_gbps", math.nan))),
-                   float(obj.get("busbw", obj.get("busbw_gbps", math.nan))), str(obj.get("wrong", obj.get("#wrong",
-                                                                                                           ""))))
+    return Figures(_float(time_us), _float(obj.get("algbw", obj.get("algbw_gbps", math.nan))),
+                   _float(obj.get("busbw", obj.get("busbw_gbps", math.nan))), str(obj.get("wrong", obj.get("#wrong",
+                                                                                                            ""))))
 
 
 def parse_json(doc, source: str = "json") -> list[Table]:
@@ -242,8 +259,10 @@ def parse_json(doc, source: str = "json") -> list[Table]:
         doc = {"results": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise LogError(f"{source}: not an nccl-tests JSON document (expected an object with a 'results' list)")
-    config = doc.get("config") or {}
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     ranks = config.get("nRanks") or (len(doc["devices"]) if isinstance(doc.get("devices"), list) else None)
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
+        raise LogError(f"{source}: config.nRanks must be a whole number >= 1, got {ranks!r}"[:300])
     by_name: dict[str, Table] = {}
     for i, res in enumerate(doc["results"]):
         if not isinstance(res, dict) or "size" not in res:
@@ -258,9 +277,11 @@ def parse_json(doc, source: str = "json") -> list[Table]:
         table = by_name.setdefault(name, Table(collective=canonical_collective(name), ranks=ranks, meta={
             "source": source, "nccl_tests_version": doc.get("nccl_tests_version"),
             "avg_busbw": doc.get("avg_bus_bandwidth")}))
-        root = res.get("root")
-        table.rows.append(Row(int(res["size"]), res.get("count"), res.get("type"), res.get("redop"),
-                              None if root is None else int(root), oop, ip))
+        root, count, dtype = res.get("root"), res.get("count"), res.get("type")
+        table.rows.append(Row(_whole(res["size"], "size", source, i),
+                              None if count is None else _whole(count, "count", source, i),
+                              None if dtype is None else str(dtype), res.get("redop"),
+                              None if root is None else _whole(root, "root", source, i), oop, ip))
     if not by_name:
         raise LogError(f"{source}: the JSON document has no results")
     return list(by_name.values())

@@ -11,8 +11,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError
+from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError, user_traceback
 from . import calibrate_cmd, compare_cmd, perf, plan, torch_launch
+from .options import JOBS, NODES, usable_cores
 
 EXIT_OK, EXIT_SIM, EXIT_USAGE = 0, 1, 2
 
@@ -200,6 +201,10 @@ def cmd_sweep(args) -> int:
     if not params:
         raise SimcommError(f"{args.scenario} has no sweep section; give parameters with --param KEY=V1,V2")
     jobs = args.jobs or (sweep.jobs if sweep else None)
+    if jobs is not None and jobs > usable_cores():  # a scenario file travels between hosts; --jobs is checked
+        sys.stderr.write(f"note: sweep.jobs {jobs} is more than this host's {usable_cores()} cores: running "
+                         f"{usable_cores()} workers\n")
+        jobs = usable_cores()
     bar, progress = _progress("sweep")
     if bar:
         with bar:
@@ -331,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Every combination of the scenario's sweep.parameters and --param values.")
     s.add_argument("scenario", help="scenario YAML file")
     s.add_argument("--param", action="append", metavar="KEY=V1,V2", help="dotted key and values (repeatable)")
-    s.add_argument("--jobs", type=int, help="local worker processes (default: every core)")
+    s.add_argument("--jobs", type=JOBS, help="local worker processes, 1 to this host's cores (default: sweep.jobs, "
+                                           "else every core)")
     s.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run on a Ray cluster (needs simcomm[ray]); ADDRESS defaults to a local one")
     s.add_argument("--out", help="also write the rows as JSON to this file (default: the scenario's outputs.json, "
@@ -341,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("presets", help="list cluster presets or describe one")
     pr.add_argument("name", nargs="?", help="describe this preset (figures, sources, overrides)")
-    pr.add_argument("--nodes", type=int, default=1, help="describe it with this many nodes")
+    pr.add_argument("--nodes", type=NODES, default=1, help="describe it with this many nodes")
     pr.add_argument("--json", action="store_true", help="print JSON")
     pr.set_defaults(func=cmd_presets)
 
@@ -368,16 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
 def rank_traceback(exc: BaseException) -> str:
     """The failing rank's traceback for a RankFailed, from the rank program's own first frame down (simcomm's
     thread machinery above it left out); "" for other errors."""
-    import traceback
-    from pathlib import Path
     orig = getattr(exc, "original", None)
     if not isinstance(exc, RankFailed) or orig is None:
         return ""
-    package = str(Path(__file__).resolve().parents[1])
-    frames = traceback.extract_tb(orig.__traceback__)
-    first = next((i for i, f in enumerate(frames) if not str(Path(f.filename).resolve()).startswith(package)), 0)
-    return (f"rank {exc.rank}: Traceback (most recent call last):\n"
-            + "".join(traceback.format_list(frames[first:]) + traceback.format_exception_only(orig)))
+    return f"rank {exc.rank}: {user_traceback(orig)}"
 
 
 def _fail(args, exc: BaseException, code: int) -> int:
