@@ -31,8 +31,8 @@ from .engine import NO_TAGS, Simulation
 from .errors import SimcommError
 from .hardware import Cluster, build_cluster
 from .units import parse_size
-from .vocab import (MAX_SIZE, OP_NAMES, PER_RANK_SHARD, REDUCING, Bandwidth, canonical_dtype, canonical_kind, numpy_dtype,
-                    per_rank_count)
+from .vocab import (MAX_SIZE, OP_NAMES, PER_RANK_SHARD, REDUCING, Bandwidth, canonical_dtype, canonical_kind,
+                    numpy_dtype, per_rank_count)
 
 
 @dataclass

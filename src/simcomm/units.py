@@ -159,7 +159,7 @@ def parse_time(text, what: str = "") -> float:
 # ---- numbers typed on a command line ---------------------------------------------------------------------------
 # Every numeric option of every subcommand is range-checked by one of these, as torchrun and nccl-tests check theirs:
 # a zero or negative count, rate, node or job number is an error, never silently replaced.
-Bound = Optional[Union[int, Callable[[], int]]]  # a bound, or one known only when the option is read (this host's cores)
+Bound = Optional[Union[int, Callable[[], int]]]  # a bound, or one known when the option is read (this host's cores)
 
 
 def _bound(b: Bound):

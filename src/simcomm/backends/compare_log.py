@@ -146,17 +146,20 @@ def sweep_identity(table: Table, collective: str | None = None, ranks: int | Non
 
 def compare_table(table: Table, cluster="hgx-h100", *, nodes: int | None = None, collective: str | None = None,
                   ranks: int | None = None, algorithm: str | None = None, protocol: str | None = None,
-                  in_place: bool = False) -> Comparison:
-    """Simulate every size of `table` on `cluster` and pair it with the measurement."""
+                  in_place: bool = False, progress=None) -> Comparison:
+    """Simulate every size of `table` on `cluster` and pair it with the measurement; `progress(done, total)` after
+    each size (a size of a large run can take seconds)."""
     kind, n = sweep_identity(table, collective, ranks)
     c, nodes = cluster_for(cluster, n, nodes)
     dtype = log_dtype(table.dtype)
     rows, dropped = measured_rows(table, in_place)
     cmp = Comparison(kind, n, nodes, c.name, table.title, str(table.meta.get("source", "")), dropped=dropped)
-    for row, measured in rows:
+    for i, (row, measured) in enumerate(rows):
         run = simulate_collective(kind, row.size, cluster=c, ranks=n, dtype=dtype,
                                   root=max(0, row.root or 0), algorithm=algorithm, protocol=protocol)
         cmp.points.append(Point(row.size, measured, run.time, run.algorithm, run.protocol))
+        if progress:
+            progress(i + 1, len(rows))
     return cmp
 
 

@@ -72,17 +72,29 @@ class Table:
         return self.rows[0].dtype if self.rows else None
 
     def inferred_ranks(self, collective: str | None = None) -> int | None:
-        """Ranks from busbw / algbw of the largest row (nccl-tests' factor inverted), when the log has no count."""
+        """Ranks from busbw / algbw (nccl-tests' factor inverted), when the log has no count: the one whole number
+        that every row's ratio allows, given that nccl-tests prints both to 0.01 GB/s (None when the rows allow
+        none or several: a ratio near its limit says little, 1.99 could be any of 150-250 ranks)."""
         kind = collective or self.collective
-        best = max((r for r in self.rows if r.out_of_place.algbw > 0), key=lambda r: r.size, default=None)
-        if best is None or kind is None:
+        if kind is None or busbw_factor(kind, 2) == busbw_factor(kind, 3):
             return None
-        ratio = best.out_of_place.busbw / best.out_of_place.algbw
-        factor_one = busbw_factor(kind, 2) == busbw_factor(kind, 3)
-        if factor_one:
+        limit = 2.0 if kind == "all_reduce" else 1.0  # busbw / algbw = limit * (n - 1) / n
+
+        def ranks(ratio: float) -> float:
+            return limit / (limit - ratio) if ratio < limit else math.inf
+        low, high = 2.0, math.inf
+        for r in self.rows:
+            algbw, busbw = r.out_of_place.algbw, r.out_of_place.busbw
+            if not (algbw > _PRINTED and math.isfinite(algbw) and math.isfinite(busbw)):
+                continue
+            low = max(low, ranks((busbw - _PRINTED) / (algbw + _PRINTED)))
+            high = min(high, ranks((busbw + _PRINTED) / (algbw - _PRINTED)))
+        if not high < math.inf or math.floor(high) != math.ceil(low):
             return None
-        n = 2 / (2 - ratio) if kind == "all_reduce" else 1 / (1 - ratio) if ratio < 1 else None
-        return None if n is None or not math.isfinite(n) else max(2, round(n))
+        return math.ceil(low)
+
+
+_PRINTED = 0.005  # GB/s: nccl-tests prints algbw and busbw with two decimals
 
 
 def canonical_collective(name: str | None) -> str | None:

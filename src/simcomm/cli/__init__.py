@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError, user_traceback
 from . import calibrate_cmd, compare_cmd, perf, plan, torch_launch
 from .options import JOBS, NODES, usable_cores
+from .progress import with_progress
 
 EXIT_OK, EXIT_SIM, EXIT_USAGE = 0, 1, 2
 
@@ -24,16 +25,6 @@ def _tty(stream) -> bool:
 
 def _print(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
-
-
-def _progress(label: str):
-    """A rich progress bar on a terminal's stderr; None when piped."""
-    if not _tty(sys.stderr):
-        return None, None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
-    task = bar.add_task(label, total=None)
-    return bar, (lambda done, total: bar.update(task, completed=done, total=total))
 
 
 # ---- scenario files ---------------------------------------------------------------------------------------------
@@ -102,12 +93,8 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
     rank_traces = o.rank_traces or ("rank_traces" if args.rank_traces else None)
     if args.no_files:
         json_file, trace_file, plots, rank_traces = None, None, [], None
-    bar, progress = _progress(f"running {loaded.name}")
-    if bar:
-        with bar:
-            result = run_scenario(loaded, detail=args.detail, progress=progress)
-    else:
-        result = run_scenario(loaded, detail=args.detail)
+    result = with_progress(f"running {loaded.name}",
+                           lambda update: run_scenario(loaded, detail=args.detail, progress=update))
     written = write_outputs(result, out or o.dir or f"simcomm-out/{loaded.name}", json_file, trace_file,
                             plots_for(result, plots), rank_traces)
     if args.json:
@@ -205,12 +192,8 @@ def cmd_sweep(args) -> int:
         sys.stderr.write(f"note: sweep.jobs {jobs} is more than this host's {usable_cores()} cores: running "
                          f"{usable_cores()} workers\n")
         jobs = usable_cores()
-    bar, progress = _progress("sweep")
-    if bar:
-        with bar:
-            rows = run_sweep(loaded, params, jobs, args.ray is not None, args.ray or None, progress)
-    else:
-        rows = run_sweep(loaded, params, jobs, args.ray is not None, args.ray or None)
+    rows = with_progress("sweep", lambda update: run_sweep(loaded, params, jobs, args.ray is not None,
+                                                          args.ray or None, update))
     from ..report.json_out import dumps
     doc = {"scenario": loaded.name, "parameters": params, "rows": rows}
     o = loaded.scenario.outputs

@@ -9,6 +9,7 @@ from ..errors import SimcommError
 from ..units import sizes, whole, wholes
 from ..vocab import MAX_RANKS
 from .options import NODES
+from .progress import with_progress
 
 EXIT_OK = 0
 DEFAULT_SIZES = [4096 * 4 ** k for k in range(8)]  # 4 KiB .. 64 MiB
@@ -136,7 +137,8 @@ def _from_logs(args) -> int:
                                       algorithm=args.algo, label=f"{log}#{i}", dropped=dropped)
         if dropped:
             sys.stderr.write(dropped_note(log, dropped) + "\n")
-    cal = calibrate_logs(obs, args.cluster, args.out, meta={"logs": list(args.from_log)})
+    cal = with_progress("fitting", lambda update: calibrate_logs(obs, args.cluster, args.out,
+                                                                 meta={"logs": list(args.from_log)}, progress=update))
     sweeps = sorted({(o.label, o.collective, o.ranks, o.nodes) for o in obs})
     text = [f"calibrate: {len(obs)} measured sizes from {len(args.from_log)} log(s) on {args.cluster}",
             *(f"  {label}: {kind}, {n} ranks on {nodes} node(s)" for label, kind, n, nodes in sweeps),

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import SimcommError
 from ..units import whole
 from .options import NODES, RANKS
+from .progress import with_progress
 
 EXIT_OK = 0
 
@@ -46,10 +47,12 @@ def cmd_compare(args) -> int:
             if not 0 <= args.table < len(tables):
                 raise SimcommError(f"{log}: --table {args.table} out of range: the log has {len(tables)} table(s)")
             tables = [tables[args.table]]
-        for t in tables:
-            comparisons.append(compare_table(t, args.cluster, nodes=args.nodes, collective=collective,
-                                             ranks=args.ranks, algorithm=args.algo, protocol=args.proto,
-                                             in_place=args.in_place))
+        for i, t in enumerate(tables):
+            def compare(update, t=t):
+                return compare_table(t, args.cluster, nodes=args.nodes, collective=collective, ranks=args.ranks,
+                                     algorithm=args.algo, protocol=args.proto, in_place=args.in_place,
+                                     progress=update)
+            comparisons.append(with_progress(f"{Path(log).name}: table {i + 1} of {len(tables)}", compare))
     for c in comparisons:
         if c.dropped:
             sys.stderr.write(dropped_note(c.source or "the log", c.dropped) + "\n")

@@ -7,6 +7,7 @@ from ..errors import SimcommError
 from ..units import whole, wholes
 from ..vocab import MAX_RANKS
 from .options import JOBS
+from .progress import with_progress
 
 EXIT_OK = 0
 
@@ -36,15 +37,6 @@ def _space(args):
                        default.max_virtual)
 
 
-def _progress():
-    if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
-        return None, None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    bar = Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
-    task = bar.add_task("planning", total=None)
-    return bar, (lambda done, total: bar.update(task, completed=done, total=total))
-
-
 def cmd_plan(args) -> int:
     from ..parallel.search import plan
     from ..report import dumps
@@ -61,12 +53,8 @@ def cmd_plan(args) -> int:
     if args.simulate > args.max_simulate:
         raise SimcommError(f"--simulate {args.simulate} is more than --max-simulate {args.max_simulate}")
     space = _space(args)
-    bar, progress = _progress()
-    if bar:
-        with bar:
-            result = plan(model, base, cluster, space, args.jobs, args.simulate, args.max_simulate, progress)
-    else:
-        result = plan(model, base, cluster, space, args.jobs, args.simulate, args.max_simulate)
+    result = with_progress("planning", lambda update: plan(model, base, cluster, space, args.jobs, args.simulate,
+                                                           args.max_simulate, update))
     rows = result.rows
     valid = [r for r in rows if "error" not in r or "step_time" in r]
     fits = result.feasible
