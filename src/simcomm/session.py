@@ -27,6 +27,7 @@ import simpy
 
 from .algorithms import ALGORITHMS, PROTOCOLS, Buffers, Collective, ReduceOp, run_collective
 from .algorithms.reduce_ops import as_reduce_op, check_op
+from .algorithms.run import choice_for
 from .engine import NO_TAGS, Simulation
 from .errors import SimcommError
 from .hardware import Cluster, build_cluster
@@ -95,17 +96,20 @@ def as_dtype(dtype) -> tuple[np.dtype, str]:
 
 
 def _check_amount(name: str, value, ranks: int | None = None, limit: float = math.inf) -> np.ndarray:
-    """`value` (a number, a size string, or one per rank of a group of `ranks`) as floats, each finite, >= 0 and <=
-    limit; a SimcommError naming `name` otherwise."""
+    """`value` (a number, a size string, or one per rank of a group of `ranks`; ranks=0: a number only) as floats,
+    each finite, >= 0 and <= limit; a SimcommError naming `name` otherwise."""
     if isinstance(value, str):
         value = parse_size(value, name)
     try:
+        if np.asarray(value).dtype.kind == "b":  # True is not an amount
+            raise TypeError
         arr = np.asarray(value, dtype=np.float64)
-    except (OverflowError, TypeError, ValueError):  # 10**400, a word, an object, a ragged list
+    except (OverflowError, TypeError, ValueError):  # 10**400, a word, an object, a ragged list, a bool
         raise SimcommError(f"{name} must be a finite non-negative number (or array of them), got {_shown(value)}") \
             from None
-    if arr.ndim > 1 or (arr.ndim == 1 and ranks is not None and len(arr) != ranks):
-        raise SimcommError(f"{name}: expected a number or one per rank ({ranks}), got an array of shape {arr.shape}")
+    if arr.ndim > 1 or (arr.ndim == 1 and ranks is not None and (ranks == 0 or len(arr) != ranks)):
+        expected = "a number" + (f" or one per rank ({ranks})" if ranks else "")
+        raise SimcommError(f"{name}: expected {expected}, got an array of shape {arr.shape}")
     if not np.isfinite(arr).all() or (arr < 0).any() or (arr > limit).any():
         bound = "" if limit == math.inf else f" and at most {limit:.0f}"
         raise SimcommError(f"{name} must be finite and non-negative{bound}, got {_shown(value)}")
@@ -114,6 +118,8 @@ def _check_amount(name: str, value, ranks: int | None = None, limit: float = mat
 
 def _shown(value) -> str:
     """A value as an error message shows it, bounded."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"<a {value.bit_length()}-bit whole number>"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -147,7 +153,8 @@ def _count(kind: str, count, itemsize: int, n: int) -> int:
         raise SimcommError(f"{kind}: count={_shown(count)}: expected a whole number of elements >= 0")
     nbytes = int(count) * itemsize * (n if kind in PER_RANK_SHARD else 1)
     if nbytes > MAX_SIZE:
-        raise SimcommError(f"{kind}: count={_shown(count)} makes a buffer of {nbytes:.3g} bytes; at most 1 PiB")
+        size = f"{nbytes:.3g} bytes" if nbytes.bit_length() < 1000 else f"a {nbytes.bit_length()}-bit number of bytes"
+        raise SimcommError(f"{kind}: count={_shown(count)} makes a buffer of {size}; at most 1 PiB")
     return int(count)
 
 
@@ -234,14 +241,14 @@ class Session:
         return self.env.all_of(self._after("all_of", events))
 
     def timeout(self, delay: float) -> simpy.Event:
-        return self.env.timeout(float(_check_amount("delay", delay)))
+        return self.env.timeout(float(_check_amount("delay", delay, ranks=0)))
 
     def run(self, until=None) -> float:
         """Advance the simulation until `until` (an event or a time) or until nothing is left; returns now."""
         if isinstance(until, simpy.Event):
             self._after("run", [until])
         elif until is not None:
-            t = float(_check_amount("run until", until))
+            t = float(_check_amount("run until", until, ranks=0))
             if t < self.now:
                 raise SimcommError(f"run: until={t!r} is before now ({self.now!r})")
             if t == self.now:
@@ -289,7 +296,8 @@ class Session:
                 raise SimcommError(f"{what}: after holds {_shown(e)}, which is not an operation (an event of this "
                                    f"Session)")
             if e.env is not self.env:
-                raise SimcommError(f"{what}: after holds {e!r}, an operation of another Session")
+                shown = repr(e) if isinstance(e, Op) else f"a {type(e).__name__} event"
+                raise SimcommError(f"{what}: after holds {shown}, an operation of another Session")
         return deps
 
     def _nonempty(self, what: str, ranks) -> np.ndarray:
@@ -347,6 +355,8 @@ class Session:
         coll = Collective(kind, group, count, np_dtype, reduce_op, root, splits, variant)
         forced = self.algorithm.get(kind) if isinstance(self.algorithm, dict) else self.algorithm
         _check_choices(coll, algorithm or forced, protocol or self.protocol, numerics or self.numerics)
+        if algorithm or forced or protocol or self.protocol:  # one that cannot run this collective: refused now
+            choice_for(self.sim, coll.placed(self.cluster), algorithm or forced, protocol or self.protocol)
         op_name = {"PRODUCT": "prod"}.get(reduce_op.name, reduce_op.name.lower())
         all_tags = {"collective": kind, "dtype": dtype_name, "op": op_name, **tags}
         result = Op(self.env, "collective", group, all_tags)
@@ -402,7 +412,7 @@ class Session:
         group = self._nonempty("compute", ranks)
         flops = _check_amount("compute flops", flops, len(group))
         seconds = _check_amount("compute seconds", seconds, len(group))
-        rate = self.sim.compute.rate if rate is None else float(_check_amount("compute rate", rate))
+        rate = self.sim.compute.rate if rate is None else float(_check_amount("compute rate", rate, ranks=0))
         if not rate > 0:
             raise SimcommError(f"compute rate must be positive, got {rate!r}")
         with np.errstate(over="ignore"):
