@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
 import re
 import threading
@@ -65,10 +64,8 @@ def clean(code: int, err: str, what, codes=(0, 1, 2)) -> None:
 
 
 def figures(value, where: str = "", signed: tuple[str, ...] = ()) -> None:
-    """Every number in value (nested dicts and lists, or a JSON text) is finite, and not negative unless its key is
-    one of `signed` (a signed error)."""
-    if isinstance(value, str):
-        value = json.loads(value)
+    """Every number in value (nested dicts and lists) is finite, and not negative unless its key is one of `signed`
+    (a signed error)."""
     if isinstance(value, dict):
         for k, v in value.items():
             if k in signed:

@@ -89,7 +89,7 @@ class Table:
                 continue
             low = max(low, ranks((busbw - _PRINTED) / (algbw + _PRINTED)))
             high = min(high, ranks((busbw + _PRINTED) / (algbw - _PRINTED)))
-        if not high < math.inf or math.floor(high) != math.ceil(low):
+        if not low <= high < math.inf or math.floor(high) != math.ceil(low):
             return None
         return math.ceil(low)
 
