@@ -57,7 +57,8 @@ class RankRuntime:
         if execution not in EXECUTIONS:
             raise SimcommError(f"execution must be one of {', '.join(EXECUTIONS)}, got {execution!r}")
         self.execution = execution
-        self._ranks = make(execution, nprocs, Watchdog(self._describe_waiting))
+        self.parent = _current.get()  # (runtime, rank) of the rank that started this run, if a rank did
+        self._ranks = make(execution, nprocs, Watchdog(self._describe_waiting, self.parent is not None))
         self._ready: deque[int] = deque()
         self._polling: dict[int, object] = {}  # rank -> what it polls for; resumed after the next step
         self.waiting: dict[int, str] = {}

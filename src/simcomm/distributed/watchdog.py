@@ -4,11 +4,12 @@ run forever.
 Ranks take turns, so while one runs every other waits for it. If the running rank blocks on something that only a
 waiting rank can give back (a lock that rank took, unknown to the simulator, before it waited in simulated time),
 nothing can ever move. The scheduler waits for the running rank in steps of WATCH_S; when the rank's thread has used
-no CPU for STALL_S, nothing else in the process has either, no child process is running, and the rank is waiting on
+no CPU for STALL_S, nothing else in the process (nor any process it started) has either, and the rank is waiting on
 a lock or condition (a `with` statement, an acquire/wait/join/get/put call, or inside threading or queue), the run
 stops with a DeadlockError naming the rank, where it blocks and where every other rank waits. Any other wait outside
-the simulator (a child process, a socket, a pipe: real things that end by themselves) is reported as progress every
-NOTE_S and left alone.
+the simulator (a child process, a socket, a pipe: real things that end by themselves), and any wait while no other
+rank waits in the simulator (none could hold what it waits for), is reported as progress every NOTE_S and left
+alone.
 """
 from __future__ import annotations
 
@@ -38,14 +39,34 @@ def _thread_cpu(thread) -> float | None:
         return None
 
 
-def _children_running() -> bool:
-    """Whether this process has a child process that has not exited (it may be what the rank waits for)."""
+def _descendants_cpu() -> float | None:
+    """CPU seconds used so far by this process's live descendants (a compiler, a worker pool: what the rank may wait
+    for), from /proc; None where there is no /proc or it cannot be read."""
     try:
-        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-    except ChildProcessError:
-        return False
-    except (AttributeError, OSError):  # no waitid here: assume a child may be at work
-        return True
+        parent_of, cpu = {}, {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:  # it ended meanwhile
+                continue
+            parent_of[int(entry.name)] = int(fields[1])
+            cpu[int(entry.name)] = int(fields[11]) + int(fields[12])
+        ours, total, frontier = {os.getpid()}, 0, [os.getpid()]
+        children: dict[int, list[int]] = {}
+        for pid, ppid in parent_of.items():
+            children.setdefault(ppid, []).append(pid)
+        while frontier:
+            for child in children.get(frontier.pop(), ()):
+                if child not in ours:
+                    ours.add(child)
+                    total += cpu[child]
+                    frontier.append(child)
+        return total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def _ours(frame) -> bool:
@@ -101,26 +122,30 @@ def on_lock(frame) -> bool:
 class Watchdog:
     """Looks at the running rank every WATCH_S until it hands the baton back (see the module docstring)."""
 
-    def __init__(self, describe_waiting):
+    def __init__(self, describe_waiting, nested: bool = False):
         self.describe_waiting = describe_waiting  # () -> what every other rank waits for, and where
+        self.nested = nested  # the run was started by a rank of another run, which waits for it
         self._state = None
 
     def start(self, rank: int) -> None:
-        self._state = {"rank": rank, "idle": 0.0, "cpu": None, "process": time.process_time(), "noted": 0.0}
+        self._state = {"rank": rank, "idle": 0.0, "cpu": None, "work": None, "noted": 0.0}
 
     def tick(self, rank: int, thread) -> None:
         """Called after each WATCH_S the running rank has not handed back; raises DeadlockError when it is stuck."""
         s = self._state
-        cpu, process = _thread_cpu(thread), time.process_time()
         frame = sys._current_frames().get(thread.ident)
         if frame is None or _scheduling(frame):
             return
+        cpu = _thread_cpu(thread)
         key = cpu if cpu is not None else (id(frame), frame.f_lasti)
-        busy = process - s["process"] > 0.01 * WATCH_S  # some thread of this process did work
-        s["idle"] = s["idle"] + WATCH_S if key == s["cpu"] and not busy else 0.0
-        s["cpu"], s["process"] = key, process
-        if s["idle"] >= STALL_S and on_lock(frame) and not _children_running():
-            raise self._stuck(rank, frame)
+        children = _descendants_cpu() if key == s["cpu"] else None  # read /proc only once the rank looks idle
+        work = (time.process_time() - time.thread_time(), children)  # the other threads, and what they started
+        moved = s["work"] is None or work[0] - s["work"][0] > 0.01 * WATCH_S or children is None or \
+            s["work"][1] is None or children - s["work"][1] > 0.01 * WATCH_S
+        s["idle"] = s["idle"] + WATCH_S if key == s["cpu"] and not moved else 0.0
+        s["cpu"], s["work"] = key, work
+        if s["idle"] >= STALL_S and on_lock(frame) and (self.nested or self.describe_waiting()):
+            raise self._stuck(rank, frame)  # only a rank waiting in the simulator can hold what it waits for
         if s["idle"] - s["noted"] >= NOTE_S:
             s["noted"] = s["idle"]
             sys.stderr.write(f"simcomm: rank {rank} has waited outside the simulator for {s['idle']:.0f} s of real "
@@ -130,11 +155,14 @@ class Watchdog:
         stack = user_stack(frame)
         waiting = self.describe_waiting()
         others = "; ".join(f"rank {r} {what}" for r, what in waiting.items()) or "no other rank is live"
-        msg = (f"rank {rank} is blocked outside the simulator at {where(frame)}, for {self._state['idle']:.0f} s of "
+        if self.nested:
+            others += "; the rank that started this world waits for it to end"
+        at = where(user_frame(frame))
+        msg = (f"rank {rank} is blocked outside the simulator at {at}, for {self._state['idle']:.0f} s of "
                f"real time with nothing else moving: it waits for a lock (or condition) that a rank took without the "
                f"simulator knowing and kept across a simulated wait, and no rank can run until it returns. The "
                f"others: {others}. Rank {rank}'s stack (innermost last):\n{stack}"
                "A lock made before the launch (or inside a C extension) must not be held across a sleep, a "
                "collective or a clock read; locks made while the script runs are simulated and wait in simulated "
                "time.")
-        return DeadlockError(msg, {rank: f"blocked outside the simulator at {where(frame)}", **waiting})
+        return DeadlockError(msg, {rank: f"blocked outside the simulator at {at}", **waiting})

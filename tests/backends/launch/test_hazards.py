@@ -119,13 +119,40 @@ def test_a_rank_blocked_on_a_lock_made_before_the_launch_is_stopped_naming_it(tm
     import early_lock_mod  # noqa: F401 - made now, before the launch: a real lock
     script = write(tmp_path / "early.py", "import early_lock_mod\nearly_lock_mod.work(0.5)\n")
     t0 = time.perf_counter()
-    with pytest.raises(DeadlockError) as info:
-        launch(script, nproc_per_node=2, cluster="cpu-host")
+    idle_child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # as a forkserver is
+    try:
+        with pytest.raises(DeadlockError) as info:
+            launch(script, nproc_per_node=2, cluster="cpu-host")
+    finally:
+        idle_child.kill()
+        idle_child.wait()
     text = str(info.value)
     assert "rank 1 is blocked outside the simulator at early_lock_mod.py:6 in work (`with LOCK:`)" in text
     assert "rank 0 waits in sleep(0.5 s) at early_lock_mod.py:8 in work (`time.sleep(seconds)`)" in text
     assert 'early.py", line 2, in <module>' in text and time.perf_counter() - t0 < 30
     sys.modules.pop("early_lock_mod", None)
+
+
+def test_a_rank_waiting_on_a_busy_child_is_left_alone(tmp_path, monkeypatch, capsys):
+    """The watchdog's other side: a rank waiting on a condition while a process it started works (a compiler, a
+    worker pool) is making progress, however long it waits."""
+    monkeypatch.setattr(watchdog, "WATCH_S", 0.2)
+    monkeypatch.setattr(watchdog, "STALL_S", 1.0)
+    script = write(tmp_path / "busy.py", """
+        import os, subprocess, sys, threading, time
+        if os.environ["RANK"] == "1":
+            time.sleep(1)  # waits in the simulator meanwhile
+        else:
+            time.sleep(0.001)
+            busy = "import time\\nt = time.perf_counter()\\nwhile time.perf_counter() - t < 3: pass"
+            child = subprocess.Popen([sys.executable, "-c", busy])
+            done = threading.Event()
+            threading.Thread(target=lambda: (child.wait(), done.set())).start()
+            done.wait()
+            print("child exit", child.returncode)
+    """)
+    assert launch(script, nproc_per_node=2, cluster="cpu-host").ok
+    assert capsys.readouterr().out == "child exit 0\n"
 
 
 def test_waits_outside_the_simulator_take_real_time_and_no_simulated_time(tmp_path, capsys):

@@ -12,6 +12,7 @@ blocked on one).
 from __future__ import annotations
 
 import _thread
+import functools
 import sys
 import threading
 from pathlib import Path
@@ -24,12 +25,21 @@ _PACKAGE = str(_HERE.parents[2])
 _REAL_LOCK, _REAL_RLOCK = _thread.allocate_lock, threading.RLock
 
 
+@functools.lru_cache(maxsize=None)
+def _kind(filename: str) -> str:
+    """'machinery' for this module, threading and queue (they ask for locks on their caller's behalf), 'simcomm' for
+    simcomm's other modules, else 'user'."""
+    path = Path(filename).resolve()
+    if path == _HERE or path.stem in ("threading", "queue"):
+        return "machinery"
+    return "simcomm" if str(path).startswith(_PACKAGE) else "user"
+
+
 def _maker():
     """The frame that asked for the lock: the first outside this module and threading/queue (a Condition, Event or
     Queue asks for its lock in its constructor)."""
     f = sys._getframe(2)
-    while f is not None and (Path(f.f_code.co_filename).stem in ("threading", "queue")
-                             or Path(f.f_code.co_filename).resolve() == _HERE):
+    while f is not None and _kind(f.f_code.co_filename) == "machinery":
         f = f.f_back
     return f
 
@@ -37,8 +47,7 @@ def _maker():
 def _simulated(maker) -> bool:
     """Whether a lock asked for by `maker` waits in simulated time: asked for by a rank, by its program's code
     (simcomm's own locks, its batons among them, stay real)."""
-    return calling_rank() is not None and maker is not None and not str(
-        Path(maker.f_code.co_filename).resolve()).startswith(_PACKAGE)
+    return maker is not None and calling_rank() is not None and _kind(maker.f_code.co_filename) == "user"
 
 
 def Lock():  # noqa: N802 - threading's name
