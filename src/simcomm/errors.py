@@ -4,10 +4,20 @@ Messages name what is wrong and where: the ranks involved and what each was doin
 """
 from __future__ import annotations
 
+import numbers
 import traceback
 from pathlib import Path
 
 _PACKAGE = str(Path(__file__).resolve().parent)
+
+
+def shown(value, width: int = 80) -> str:
+    """A value as an error message shows it: a whole number beyond 64 bits by its size, anything else by its repr,
+    cut to `width` characters."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value).bit_length() > 64:
+        return f"a {int(value).bit_length()}-bit whole number"
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def user_traceback(exc: BaseException) -> str:

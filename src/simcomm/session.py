@@ -30,6 +30,7 @@ from .algorithms.reduce_ops import as_reduce_op, check_op
 from .algorithms.run import choice_for
 from .engine import NO_TAGS, Simulation
 from .errors import SimcommError
+from .errors import shown as _shown
 from .hardware import Cluster, build_cluster
 from .units import parse_size
 from .vocab import (MAX_SIZE, OP_NAMES, PER_RANK_SHARD, REDUCING, Bandwidth, canonical_dtype, canonical_kind,
@@ -114,14 +115,6 @@ def _check_amount(name: str, value, ranks: int | None = None, limit: float = mat
         bound = "" if limit == math.inf else f" and at most {limit:.0f}"
         raise SimcommError(f"{name} must be finite and non-negative{bound}, got {_shown(value)}")
     return arr
-
-
-def _shown(value) -> str:
-    """A value as an error message shows it, bounded."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"<a {value.bit_length()}-bit whole number>"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _tags(what: str, tags) -> Mapping:

@@ -20,7 +20,7 @@ import re
 from fractions import Fraction
 from typing import Callable, Optional, Union
 
-from .errors import UnitError
+from .errors import UnitError, shown
 
 __all__ = ["UnitError", "parse_size", "parse_rate", "parse_time", "parse_whole", "parse_positive",
            "format_size", "format_rate", "format_time", "whole", "wholes", "positive", "sizes"]
@@ -181,8 +181,7 @@ def parse_whole(text, what: str = "", low: int = 1, high: Bound = None) -> int:
         raise UnitError(f"{where}expected a whole number {_range_text(low, high)}, got {text!r}")
     n = int(value)
     if n < low or (high is not None and n > high):
-        shown = n if n.bit_length() <= 64 else f"a {n.bit_length()}-bit number"
-        raise UnitError(f"{where}expected a whole number {_range_text(low, high)}, got {shown}")
+        raise UnitError(f"{where}expected a whole number {_range_text(low, high)}, got {shown(n)}")
     return n
 
 

@@ -60,7 +60,7 @@ CORES = usable_cores()
      "argument --flop-rate: expected a finite number > 0, got 'nan'"),
     (["bench", "smpi", "--repeats", "0"], "argument --repeats: expected a whole number from 1 to 100, got 0"),
     (["bench", "smpi", "--ranks", "8,0"], "argument --ranks: expected whole numbers from 2 to 16384"),
-    (["plan", "s.yaml", "--jobs", "9" * 40], "got a 133-bit number"),
+    (["plan", "s.yaml", "--jobs", "9" * 40], "got a 133-bit whole number"),
 ])
 def test_bad_numbers_are_usage_errors_naming_the_option(capsys, argv, message):
     assert main(argv) == 2
