@@ -58,7 +58,8 @@ def test_cli_table_json_and_plot(tmp_path, capsys):
 
 
 HEAD = (LOGS / "current_2x.log").read_text().split("        1024")[0]  # everything up to the first row
-ROW = "{size:>12} {count:>12}     float     sum      -1  {time:>8}    0.05    0.08      0    19.50    0.05    0.08      0\n"
+ROW = ("{size:>12} {count:>12}     float     sum      -1  {time:>8}    0.05    0.08      0    19.50    0.05    0.08"
+       "      0\n")
 
 
 def _log(tmp_path, rows, name="rows.log"):
