@@ -102,6 +102,13 @@ def golden_book(name: str) -> GoldenBook:
     return _BOOKS[name]
 
 
+def pytest_sessionstart(session):
+    """Say up front that the whole suite takes minutes (the README's test command prints this first)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not hasattr(session.config, "workerinput"):  # once, not per xdist worker
+        reporter.write_line("simcomm: the whole suite takes about five minutes on 2 cores (more on a busy machine)")
+
+
 def pytest_sessionfinish(session, exitstatus):
     for book in _BOOKS.values():
         book.save()

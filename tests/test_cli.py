@@ -142,11 +142,23 @@ def test_presets(capsys):
     assert code == 2 and "did you mean 'hgx-h100'" in err
 
 
+def test_presets_name_wraps_its_prose_below_the_table(capsys):
+    """Issue 25: `presets NAME` put a 440-character description in one table cell."""
+    code, out, _ = run(capsys, "presets", "hgx-h100")
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 100
+    lines = out.splitlines()
+    assert any(line.split()[:2] == ["description", "(below)"] for line in lines)
+    below = " ".join(x.strip() for x in out.split("\ndescription:\n")[1].split("\n\n")[0].splitlines())
+    from simcomm.hardware import describe_preset
+    assert below == describe_preset("hgx-h100", 1)["description"]
+
+
 def test_presets_name_prints_units_and_no_paths_outside_the_repo(capsys):
     """Issue 11: `presets NAME` printed raw floats, and a source cited a path outside the repository."""
     code, out, _ = run(capsys, "presets", "hgx-h100", "--nodes", "2")
     assert code == 0
-    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    table = out.split("\n\n")[0]  # the key/value table; the prose follows it
+    lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
     assert lines["memory_bandwidth"].split()[1:] == ["3", "TB/s"]
     assert lines["memory_capacity"].split()[1:] == ["80", "GiB"]
     assert lines["compute_rate"].split()[1:] == ["790", "TFLOP/s"]
@@ -260,3 +272,27 @@ def test_sweep_honours_the_scenarios_outputs(capsys, tmp_path):
     doc = json.loads((tmp_path / "o" / "rows.json").read_text())
     assert code == 0 and out == "" and [r["size"] for r in doc["rows"]] == [1 << 20, 2 << 20]
     assert "note: a sweep writes no outputs.trace" in err and not (tmp_path / "o" / "trace.json").exists()
+
+
+def test_rank_traces_say_how_hta_should_load_them(capsys, tmp_path):
+    """Issue 25: HTA rounds each kernel's start up and end down to whole us unless HTA_DISABLE_NS_ROUNDING=1, so
+    sub-us kernels come out negative (train-gpt-3d: compute_time -13.0 us); the run says how to load the files."""
+    scen = tmp_path / "s.yaml"
+    scen.write_text("cluster: {preset: hgx-h100}\nworkload: {kind: perf, sizes: [1MiB], ranks: 4}\n")
+    code, out, _ = run(capsys, "run", str(scen), "--out", str(tmp_path / "o"), "--rank-traces")
+    assert code == 0 and "wrote rank_traces: " in out and "HTA_DISABLE_NS_ROUNDING=1" in out
+    # 4 of the box's 8 GPUs ran the collective: the line says only they have a file
+    assert "(4 of the cluster's 8 ranks ran something in the simulation; only they have a file)" in out
+
+
+def test_no_interference_runs_the_scenario_without_sharing_the_gpus(capsys):
+    """simcomm run --no-interference: the step without the breakdown's interference line, and faster."""
+    docs = []
+    for flags in ((), ("--no-interference",)):
+        code, out, _ = run(capsys, "run", str(ROOT / "scenarios" / "gpt3-13b-pipeline-demo.yaml"), "--json",
+                           "--no-files", *flags)
+        assert code == 0
+        docs.append(json.loads(out)["step"])
+    on, off = docs
+    assert on["breakdown"]["interference"] > 0 and "interference" not in off["breakdown"]
+    assert off["step_time"] < on["step_time"]

@@ -1,7 +1,8 @@
 """Golden outputs: the numbers users see must not drift silently (regenerate as tests/conftest.py says).
 
-Covers every shipped scenario's report rows and simulated time, a sweep, and `perf` tables on several clusters,
-with the tuner's choice and with every algorithm forced.
+Covers every shipped scenario's report rows and simulated time (also with compute and communication not sharing
+the GPUs: model.interference false), a sweep, and `perf` tables on several clusters, with the tuner's choice and
+with every algorithm forced.
 """
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from simcomm.hardware import build_cluster
 from simcomm.session import Session
-from simcomm.scenario import load_scenario
+from simcomm.scenario import NO_INTERFERENCE, load_scenario
 from simcomm.workloads import run_scenario
 from simcomm.workloads.perf import run_perf
 from simcomm.scenario.sweep import run_sweep
@@ -39,6 +40,16 @@ def test_scenario_report_numbers(path, golden):
     result = run_scenario(load_scenario(path), detail="steps")
     golden("scenarios").check(path.stem, {"kind": result.kind, "elapsed": result.elapsed,
                                           "rows": result.row_dicts(), "notes": result.notes})
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_without_interference_every_number_is_what_it_was(path, golden):
+    """model.interference: false (simcomm run --no-interference) gives every scenario's numbers as they were
+    before compute and communication shared the GPUs (scenarios-interference-off.json is scenarios.json as it
+    stood then)."""
+    result = run_scenario(load_scenario(path, NO_INTERFERENCE), detail="steps")
+    golden("scenarios-interference-off").check(path.stem, {"kind": result.kind, "elapsed": result.elapsed,
+                                                           "rows": result.row_dicts(), "notes": result.notes})
 
 
 def test_sweep_rows(golden):

@@ -252,3 +252,55 @@ def test_session_and_simulate_collective_are_top_level():
     assert {"Session", "simulate_collective"} <= set(simcomm.__all__)
     assert simcomm.Session is Session
     assert simcomm.simulate_collective("all_reduce", "1MiB", ranks=8).ranks == 8
+
+
+# ---- compute and communication share the GPU (engine/sharing.py, engine/compute.py) ---------------------------
+def test_a_gemm_beside_a_collective_slows_as_measured_on_an_h200():
+    """The table's stand-in, through the Session: a collective holding k CTAs (NCCL_MIN/MAX_NCHANNELS = k) is
+    running when a GEMM starts and outlasts it; the GEMM takes the model's time, which the engine tests hold to
+    the table (tests/engine/test_sharing.py: within 15% of the time in every cell)."""
+    from simcomm.engine import gemm_kernel
+    from simcomm.engine.sharing import slowdown
+    from simcomm.hardware import overlap_table as table
+    m, n, k, us, copy, spin, _ = table.GEMM_ROWS[6]
+    for ctas, c, sp in zip(table.CTAS, copy, spin):
+        cluster = build_cluster("hgx-h200", tuning_changes={"min_channels": ctas, "max_channels": ctas})
+        s = Session(cluster)
+        kernel = gemm_kernel(m, n, k, us * 1e-6, cluster.device.memory_bandwidth)
+        comm = s.collective("all_reduce", range(8), "4GiB", dtype="bfloat16", algorithm="ring",
+                            protocol="Simple")
+        gemm = s.compute(range(8), seconds=us * 1e-6, kernels=[(1.0, kernel)])
+        s.run()
+        assert comm.record.channels == ctas and comm.end > gemm.end
+        took = (gemm.end - gemm.start) / (us * 1e-6)
+        assert took == pytest.approx(slowdown(kernel, ctas, 0, 132, cluster.device.memory_bandwidth))
+        assert (1 + min(c, sp) / 100) * 0.85 <= took <= (1 + max(c, sp) / 100) * 1.15
+
+
+def test_communication_beside_compute_is_slower_inside_a_node_and_interference_turns_off():
+    def run(interference, with_compute):
+        s = Session("hgx-h100", interference=interference)
+        if with_compute:
+            s.compute(range(8), seconds=1.0)
+        ar = s.collective("all_gather", range(8), "1GiB", algorithm="ring", protocol="Simple")
+        s.run()
+        return ar.record.time
+    alone = run(True, False)
+    assert run(False, True) == alone == run(False, False)
+    assert run(True, True) == pytest.approx(alone * 1.19, rel=0.03)  # every copy beside the long compute
+
+
+def test_compute_stretches_while_a_collective_runs_and_sends_hold_their_channels():
+    s = Session("hgx-h100", nodes=2)
+    work = s.compute([0], seconds=1e-3)
+    ar = s.collective("all_reduce", range(16), "64MiB", dtype="bfloat16", algorithm="ring", protocol="Simple")
+    s.run(ar)
+    assert ar.record.channels == 16 and s.sim.compute.held[0] == 0
+    s.run()
+    overlap = min(ar.end, work.end)
+    assert work.end == pytest.approx(overlap + (1e-3 - overlap * 116 / 132))
+    send = s.send([0], [8], "64MiB")
+    s.run(s.timeout(1e-6))
+    assert s.sim.compute.held[[0, 8]].tolist() == [2, 2]  # NCCL_NCHANNELS_PER_NET_PEER on both ends
+    s.run(send)
+    assert s.sim.compute.held.sum() == 0

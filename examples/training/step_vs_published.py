@@ -4,6 +4,8 @@
     python examples/training/step_vs_published.py k22 n1.7   # some rows, by key
     python examples/training/step_vs_published.py --json     # one JSON object per row
     python examples/training/step_vs_published.py --markdown # docs/training.md's table rows and mean line
+    python examples/training/step_vs_published.py --ablation # each row with and without interference (markdown)
+    python examples/training/step_vs_published.py --no-interference   # compute and communication not sharing GPUs
 
 Each row is the source's model and layout on the matching simulated cluster; the metric is the source's (its
 FLOPs formula and peak). Settings a source does not give are assumptions, listed in docs/training.md.
@@ -79,10 +81,10 @@ ROWS = [
 ]
 
 
-def run(row):
+def run(row, interference: bool = True):
     key, source, metric, published, preset, gpus, model, settings = row
     t = time.perf_counter()
-    cluster = build_cluster(preset, nodes=gpus // 8)
+    cluster = build_cluster(preset, nodes=gpus // 8, tuning_changes=None if interference else {"interference": False})
     layout = build_layout(model, TrainingConfig(**settings), cluster.num_ranks)
     sim = StepModel(layout, cluster, check_memory=False)
     res = sim.run()
@@ -121,20 +123,41 @@ def markdown_row(r, layout, preset) -> str:
             f"{r['published']:{'.1f' if unit else 'g'}}{unit} | {r['predicted']:.1f}{unit} | {r['error']:+.1%} |")
 
 
+ABLATION = ("| source | model, GPUs | metric | published | without interference | with | its share of the step |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |")
+
+
+def ablation(row) -> str:
+    """A row of docs/training.md's ablation table: the prediction without and with interference."""
+    off, on = run(row, False), run(row)
+    unit = "%" if on["metric"] == "mfu" else ""
+    fmt = ".1f" if unit else "g"
+    return (f"| {on['source']} | {on['model']}, {on['gpus']:,} | {METRIC[on['metric']]} | "
+            f"{on['published']:{fmt}}{unit} | {off['predicted']:.1f}{unit} ({off['error']:+.1%}) | "
+            f"{on['predicted']:.1f}{unit} ({on['error']:+.1%}) | {on['breakdown'].get('interference', 0.0):.1%} |")
+
+
 def main(argv) -> int:
-    as_json, as_markdown = "--json" in argv, "--markdown" in argv
-    want = [a for a in argv if a not in ("--json", "--markdown")]
+    as_json, as_markdown, as_ablation = "--json" in argv, "--markdown" in argv, "--ablation" in argv
+    interference = "--no-interference" not in argv
+    want = [a for a in argv if a not in ("--json", "--markdown", "--ablation", "--no-interference")]
     unknown = set(want) - {r[0] for r in ROWS}
     if unknown:
         print(f"unknown row(s) {', '.join(sorted(unknown))}; rows: {', '.join(r[0] for r in ROWS)}", file=sys.stderr)
         return 2
+    if as_ablation:
+        print(ABLATION, flush=True)
+        for row in ROWS:
+            if not want or row[0] in want:
+                print(ablation(row), flush=True)
+        return 0
     if as_markdown:
         print(HEADER, flush=True)
     done = []
     for row in ROWS:
         if want and row[0] not in want:
             continue
-        r = run(row)
+        r = run(row, interference)
         done.append(r)
         if as_json:
             print(json.dumps(r), flush=True)

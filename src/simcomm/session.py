@@ -26,9 +26,11 @@ import numpy as np
 import simpy
 
 from .algorithms import ALGORITHMS, PROTOCOLS, Buffers, Collective, ReduceOp, run_collective
+from .algorithms.channels import p2p_channels
 from .algorithms.reduce_ops import as_reduce_op, check_op
 from .algorithms.run import choice_for
-from .engine import NO_TAGS, Simulation
+from .engine import NO_TAGS, SPREAD_MIX, Mix, Simulation
+from .engine.compute import holding
 from .errors import SimcommError
 from .errors import shown as _shown
 from .hardware import Cluster, build_cluster
@@ -54,6 +56,7 @@ class CollectiveRecord(Bandwidth):
     start: float
     end: float
     tags: Mapping = field(default_factory=lambda: NO_TAGS, repr=False)
+    channels: int = 0  # CTAs its kernel held on every GPU of the group
 
     @property
     def time(self) -> float:
@@ -198,20 +201,22 @@ class Session:
 
     algorithm / protocol force NCCL_ALGO / NCCL_PROTO for every collective (algorithm may be a dict per
     collective kind); numerics is the reduction order with real data, "nccl" (each algorithm's own) or "gloo"
-    (gloo's ring, bitwise); detail is "flows" (record every flow) or "steps".
+    (gloo's ring, bitwise); detail is "flows" (record every flow) or "steps"; interference: compute and
+    communication share each GPU's SMs (None: the cluster's tuning says; docs/model.md).
     """
 
     def __init__(self, cluster: Cluster | str = "hgx-h100", *, nodes: int | None = None, detail: str = "steps",
                  algorithm=None, protocol: str | None = None, numerics: str = "nccl",
-                 simulation: Simulation | None = None):
+                 simulation: Simulation | None = None, interference: bool | None = None):
         if simulation is None:
             if not isinstance(cluster, Cluster):
                 cluster = build_cluster(cluster, nodes=nodes or 1)
-            simulation = Simulation(cluster, detail)
+            simulation = Simulation(cluster, detail, interference=interference)
         self.sim = simulation
         self.algorithm = algorithm
         self.protocol = protocol
         self.numerics = numerics
+        self._p2p_memo: dict = {}  # send pattern -> the SMs its kernels hold (see _p2p_sharing)
 
     # ---- the clock ---------------------------------------------------------------------------------------
     @property
@@ -293,6 +298,14 @@ class Session:
                 raise SimcommError(f"{what}: after holds {shown}, an operation of another Session")
         return deps
 
+    def _sms(self, what: str, sms) -> int:
+        """SMs a kernel holds on each GPU: a whole number from 0 to the device's SMs."""
+        most = self.cluster.device.sms or None
+        if isinstance(sms, bool) or not isinstance(sms, numbers.Integral) or sms < 0 or (most and sms > most):
+            raise SimcommError(f"{what}: sms={_shown(sms)}: expected a whole number of SMs from 0"
+                               + (f" to {most} ({self.cluster.device.name}'s)" if most else ""))
+        return int(sms)
+
     def _nonempty(self, what: str, ranks) -> np.ndarray:
         group = self._group(f"{what} ranks", ranks)
         if not group.size:
@@ -315,12 +328,15 @@ class Session:
     def collective(self, kind: str, ranks, size=None, *, count: int | None = None, data=None,
                    dtype: str = "float32", op="sum", root: int = 0, splits=None, variant: str = "",
                    algorithm: str | None = None, protocol: str | None = None, numerics: str | None = None,
-                   after=(), tags: Mapping | None = None, label: str | None = None) -> Op:
+                   after=(), tags: Mapping | None = None, label: str | None = None, sms: int | None = None,
+                   sm_margin: bool = False) -> Op:
         """Run a collective over global `ranks`.
 
         size: nccl-tests' S (bytes, or a string such as '256MiB'); or count: elements per rank in simcomm's
         Collective convention. data: the group's rows (numpy, one row per group rank; see Collective) or None for
-        size-only. root is a group rank. op: 'sum', 'avg', ... or a ReduceOp.
+        size-only. root is a group rank. op: 'sum', 'avg', ... or a ReduceOp. sms: SMs its kernel holds on each
+        GPU instead of NCCL's channels (e.g. Transformer Engine's userbuffers), sm_margin: compute beside it is
+        sized for the SMs left (userbuffers' set_sm_margin).
         """
         kind = canonical_kind(kind)
         after = self._after(kind, after)
@@ -344,6 +360,9 @@ class Session:
         if variant not in ("", "list") or (variant and kind != "reduce_scatter"):
             raise SimcommError(f"{kind}: variant={variant!r}: expected '' (or 'list' for reduce_scatter)")
         tags = _tags(kind, tags)
+        sms = None if sms is None else self._sms(kind, sms)
+        if not isinstance(sm_margin, bool):
+            raise SimcommError(f"{kind}: sm_margin must be True or False, got {_shown(sm_margin)}")
         reduce_op = as_reduce_op(OP_NAMES.get(op, op) if isinstance(op, str) else op)
         coll = Collective(kind, group, count, np_dtype, reduce_op, root, splits, variant)
         forced = self.algorithm.get(kind) if isinstance(self.algorithm, dict) else self.algorithm
@@ -357,11 +376,13 @@ class Session:
         def body(o: Op):
             o.start = self.now
             proc, buf, choice = run_collective(self.sim, coll, data, algorithm or forced, protocol or self.protocol,
-                                               numerics or self.numerics, label, tags=all_tags)
+                                               numerics or self.numerics, label, tags=all_tags, sms=sms,
+                                               sm_margin=sm_margin)
             o.buffers = buf if out is None else Buffers(out, reduce_op)
             o.record = CollectiveRecord(kind, n, coll.nbytes, coll.count * (n if kind in PER_RANK_SHARD else 1)
                                         if np_dtype.itemsize else 0, dtype_name, op_name, root, choice.algorithm,
-                                        choice.protocol, choice.predicted, o.start, math.nan, o.tags)
+                                        choice.protocol, choice.predicted, o.start, math.nan, o.tags,
+                                        choice.channels)
             o.tags = o.record.tags = {**all_tags, "algorithm": choice.algorithm, "protocol": choice.protocol}
 
             def done(_e):
@@ -373,7 +394,8 @@ class Session:
     def send(self, src, dst, nbytes, *, after=(), tags: Mapping | None = None, label: str = "") -> Op:
         """Point-to-point: src[i] sends nbytes[i] to dst[i] (scalars or arrays of global ranks; nbytes may be a
         string such as '8MiB'); fires when the last byte has arrived. Recorded on each sender as a "p2p" op with
-        the receiver as peer."""
+        the receiver as peer. Each send's kernel holds NCCL's p2p channels on both GPUs while it runs, and a copy
+        inside a node slows while either GPU computes (docs/model.md)."""
         after = self._after("send", after)
         src, dst = self._group("send src", src), self._group("send dst", dst)
         if src.shape != dst.shape:
@@ -385,22 +407,56 @@ class Session:
 
         def body(o: Op):
             o.start = self.now
+            release, wire = self._p2p_sharing(src, dst, amount)
             tr = self.sim.network.transfer(src, dst, amount if amount.ndim else float(amount),
-                                           label=label or "p2p", tags=o.tags)
+                                           label=label or "p2p", tags=o.tags, wire_factor=wire)
 
             def done(_e):
+                if release is not None:
+                    release()
                 for s, d, b, f in zip(src.tolist(), dst.tolist(), tr.nbytes.tolist(), tr.finish.tolist()):
                     self.sim.recorder.op(s, "p2p", o.start, f, b, label or f"send {s}->{d}", d, o.tags)
                 o._finish(tr)
             tr.done.callbacks.append(done)
         return self._start(result, after, body)
 
+    def _p2p_sharing(self, src: np.ndarray, dst: np.ndarray, amount: np.ndarray):
+        """(release of the sends' SMs or None, wire factor): NCCL's p2p channels held on both ends, and the copies
+        inside a node that compute beside them slows. Remembered per pattern: a schedule repeats its sends."""
+        compute = self.sim.compute
+        if not compute.sharing or not len(src):
+            return None, 1.0
+        key = (src.tobytes(), dst.tobytes(), amount.tobytes())
+        got = self._p2p_memo.get(key)
+        if got is None:
+            if len(self._p2p_memo) >= 4096:
+                self._p2p_memo.clear()
+            rpn = self.cluster.ranks_per_node
+            intra = src // rpn == dst // rpn
+            channels = p2p_channels(self.cluster, ~intra, np.broadcast_to(amount, src.shape))
+            got = self._p2p_memo[key] = (*holding(np.r_[src, dst], np.r_[channels, channels]), intra)
+        ranks, held, intra = got
+        slow, _ = compute.beside(src, dst, intra)
+        return compute.hold(ranks, held), 1.0 if slow is None else slow
+
+    def occupy(self, ranks, sms: int, *, until: simpy.Event) -> None:
+        """Hold `sms` SMs on each of `ranks` from now until `until` fires, as a communication kernel does (for
+        callers that time a collective themselves, such as a replay of one already simulated)."""
+        self._after("occupy", [until])
+        release = self.sim.compute.occupy(self._group("occupy ranks", ranks), self._sms("occupy", sms))
+        if release is not None:
+            until.callbacks.append(lambda _e: release())
+
     p2p = send
 
-    def compute(self, ranks, flops=0.0, seconds=0.0, *, rate: float | None = None, after=(),
+    def compute(self, ranks, flops=0.0, seconds=0.0, *, rate: float | None = None, kernels=None, after=(),
                 tags: Mapping | None = None, label: str = "compute") -> Op:
         """Occupy each rank's compute queue: `flops` at `rate` flop/s (default: the device's peak), plus `seconds`
-        (scalars or one per rank). Work queued on one device runs back to back."""
+        (scalars or one per rank). Work queued on one device runs back to back.
+
+        kernels: what the work is made of, so communication beside it slows it as its kernels would: an
+        engine Mix, or (weight, engine Kernel) pairs (the work's time is split in proportion to the weights, e.g.
+        each kernel's seconds alone). Default: work spread evenly over the GPU's SMs."""
         after = self._after("compute", after)
         group = self._nonempty("compute", ranks)
         flops = _check_amount("compute flops", flops, len(group))
@@ -413,13 +469,12 @@ class Session:
         if not np.isfinite(ends).all():
             raise SimcommError(f"compute: flops={_shown(flops.tolist())} at {rate:g} flop/s plus "
                                f"seconds={_shown(seconds.tolist())} would end at a time that is not finite")
+        mix = _as_mix(kernels)
         result = Op(self.env, "compute", group, {**_tags("compute", tags)})
 
         def body(o: Op):
             o.start = self.now
-            ends = self.sim.compute.use(group, flops, self.now, label, duration=flops / rate + seconds,
-                                        tags=o.tags)
-            self.env.timeout(max(float(ends.max()) - self.now, 0.0)).callbacks.append(lambda _e: o._finish(ends))
+            self.sim.compute.run(group, flops / rate + seconds, o._finish, mix, label, o.tags, flops)
         return self._start(result, after, body)
 
     def memory_op(self, ranks, nbytes, *, after=(), tags: Mapping | None = None, label: str = "memory") -> Op:
@@ -434,6 +489,18 @@ class Session:
             ends = self.sim.memory.use(group, amount, self.now, label, tags=o.tags)
             self.env.timeout(max(float(ends.max()) - self.now, 0.0)).callbacks.append(lambda _e: o._finish(ends))
         return self._start(result, after, body)
+
+
+def _as_mix(kernels) -> Mix:
+    if kernels is None:
+        return SPREAD_MIX
+    if isinstance(kernels, Mix):
+        return kernels
+    try:
+        weights, shapes = zip(*kernels)
+        return Mix(weights, shapes)
+    except (TypeError, ValueError) as exc:
+        raise SimcommError(f"compute kernels: expected an engine Mix or (weight, Kernel) pairs: {exc}") from None
 
 
 __all__ = ["CollectiveRecord", "Op", "ReduceOp", "Session"]

@@ -64,6 +64,7 @@ def test_dash_j_json():
     assert t.collective == "reduce_scatter" and t.ranks == 8
     assert [r.out_of_place.time_us for r in t.rows] == [118.62, 380.40]
     assert t.rows[1].in_place.busbw == 309.28 and t.meta["avg_busbw"] == 278.52
+    assert t.rows[0].root == -1 and t.rows[0].out_of_place.wrong == "0" and t.meta["nccl_tests_version"] == "2.19.6"
 
 
 def test_simcomm_perf_output_reads_back(capsys):
@@ -72,7 +73,8 @@ def test_simcomm_perf_output_reads_back(capsys):
     (t,) = parse_log(capsys.readouterr().out, "perf")
     assert t.collective == "all_gather" and t.ranks == 8 and [r.size for r in t.rows] == [1 << 20, 4 << 20,
                                                                                            16 << 20, 64 << 20]
-    assert all(r.out_of_place.wrong == "N/A" and r.out_of_place.time_us > 0 for r in t.rows)
+    assert all(r.out_of_place.wrong == "0" and r.out_of_place.time_us > 0 for r in t.rows)
+    assert t.meta["nccl_tests_version"] == "2.19.6"
 
 
 def test_bad_input_is_named():

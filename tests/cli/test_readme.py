@@ -53,3 +53,13 @@ def test_a_file_of_that_name_wins_over_a_shipped_scenario(capsys, monkeypatch, t
                                          "workload: {kind: perf, collectives: [all_reduce], sizes: [1KiB]}\n")
     assert main(["run", "quickstart", "--no-files"]) == 0
     assert capsys.readouterr().out.startswith("scenario mine: perf on cpu-host")
+
+
+def test_the_test_command_says_it_takes_minutes():
+    """Issue 25: the README's test command gave no hint that it takes minutes; the README says so, and the suite's
+    first line says so."""
+    test_line = README[:README.index('pip install -e ".[test,torch]"')]
+    assert "takes minutes" in test_line[test_line.rindex("Install and run the tests"):]
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/test_docs.py"],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+    assert done.stdout.startswith("simcomm: the whole suite takes about five minutes"), done.stdout[:300]

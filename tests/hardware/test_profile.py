@@ -66,3 +66,20 @@ def test_unit_strings_and_errors(tmp_path):
             build_cluster(str(bad))
     with pytest.raises(HardwareError, match="cannot read profile"):
         build_cluster(str(tmp_path / "missing.yaml"))
+
+
+def test_interference_and_nccl_channel_bounds_round_trip_and_are_checked(tmp_path):
+    path = write_profile(tmp_path / "h100.yaml", "hgx-h100",
+                         tuning=Tuning(interference=False, min_channels=8, max_channels=16))
+    text = path and open(path).read()
+    assert "interference: false" in text and "max_channels: 16" in text
+    t = build_cluster(str(path)).template.tuning
+    assert (t.interference, t.min_channels, t.max_channels) == (False, 8, 16)
+    assert "interference" not in open(write_profile(tmp_path / "plain.yaml", "hgx-h100")).read()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("preset: hgx-h100\ntuning: {max_channels: 100}\n")
+    with pytest.raises(HardwareError, match="tuning.max_channels"):
+        load_profile(bad)
+    bad.write_text("preset: hgx-h100\ntuning: {interference: maybe}\n")
+    with pytest.raises(HardwareError, match="tuning.interference"):
+        load_profile(bad)

@@ -163,6 +163,24 @@ def test_fp8_gemms_are_faster_than_bf16_all_else_equal():
     assert fp8.model_flops == bf16.model_flops
 
 
+def test_a_bf16_false_step_costs_what_fp32_and_tf32_measure():
+    # one GPU of the measured Llama block's shape, so the step is its layers' kernels (calibration.BLOCK_MS: the
+    # block runs 13.6x bf16's time in fp32, 3.7x with TF32, 1.03x in fp16)
+    llama = model_preset("llama3-8b", num_layers=4, padded_vocab_size=256, seq_length=4096)
+    kw = dict(model=llama, preset="hgx-h100", global_batch_size=1, world_size=1, ideal_network=True)
+    sims, res = {}, {}
+    for name, flags in {"bf16": {}, "fp16": dict(bf16=False, fp16=True), "tf32": dict(bf16=False),
+                        "fp32": dict(bf16=False, tf32=False)}.items():
+        sims[name], res[name] = step(**kw, **flags)
+        assert sims[name].cm.precision == name
+    passes = {k: r.breakdown["forward"] + r.breakdown["backward"] for k, r in res.items()}
+    assert 12 < passes["fp32"] / passes["bf16"] < 17
+    assert 2.5 < passes["tf32"] / passes["bf16"] < 4
+    assert 1.0 <= passes["fp16"] / passes["bf16"] < 1.06
+    assert not sims["fp32"].shape.flash and sims["bf16"].shape.flash  # fp32 has no flash kernel: unfused
+    assert res["fp32"].model_flops == res["bf16"].model_flops and res["fp32"].peak_memory > res["bf16"].peak_memory
+
+
 def test_overlapping_p2p_hides_pipeline_sends():
     kw = dict(model=SMALL, nodes=2, global_batch_size=8, tensor_model_parallel_size=4,
               pipeline_model_parallel_size=4, sequence_parallel=True)

@@ -54,6 +54,11 @@ def test_first_and_last_stage_layer_counts():
 
 
 def test_numerics_follow_megatron():
+    assert [TrainingConfig(8, **kw).precision for kw in ({}, dict(bf16=False, fp16=True), dict(bf16=False),
+                                                         dict(bf16=False, tf32=False))] == ["bf16", "fp16", "tf32",
+                                                                                            "fp32"]
+    assert TrainingConfig(8, tf32=False).precision == "bf16"  # TF32 concerns fp32 GEMMs only
+    assert TrainingConfig(8).flash_attention and not TrainingConfig(8, bf16=False).flash_attention
     assert TrainingConfig(8).grad_bytes == 4  # bf16 forces fp32 gradient accumulation and reduction
     assert TrainingConfig(8, bf16=False, fp16=True).grad_bytes == 2
     assert TrainingConfig(8, use_distributed_optimizer=True).stage == 1

@@ -1,4 +1,4 @@
-"""nccl-tests' output, byte for byte its 2.17 layout, and its -J JSON."""
+"""nccl-tests' output, byte for byte its 2.19.6 layout, and its -J JSON."""
 import json
 
 import numpy as np
@@ -25,17 +25,28 @@ def test_header_matches_nccl_tests():
 def test_row_matches_nccl_tests_widths():
     row = PerfRow("all_reduce", "auto", 8, 2, "float32", "sum", 0, 8, 38.61e-6, "ring", "LL")
     assert nccl_row(row, "float") == ("           8             2     float     sum      -1    38.61    0.00    0.00"
-                                      "    N/A    38.61    0.00    0.00    N/A")
+                                      "       0    38.61    0.00    0.00       0")
+    assert nccl_row(row, "float", validation=0) == ("           8             2     float     sum      -1    38.61    "
+                                                    "0.00    0.00    N/A    38.61    0.00    0.00    N/A")
     big = PerfRow("broadcast", "auto", 8589934592, 2147483648, "float32", "sum", 0, 8, 46374.6e-6, "ring", "Simple")
     line = nccl_row(big, "float")
-    assert line.startswith("  8589934592    2147483648     float    none       0    46375  185.23  185.23")
+    assert line.startswith("  8589934592    2147483648     float    none       0  46374.6  185.23  185.23")
     assert len(line) == len(nccl_row(row, "float"))
 
 
-@pytest.mark.parametrize("us,text", [(38.614, "  38.61"), (99.999, " 100.00"), (100.04, "  100.0"),
-                                     (9999.94, " 9999.9"), (10000.4, "  10000"), (123456.7, " 123457")])
+@pytest.mark.parametrize("us,text", [(38.614, "  38.61"), (99.999, " 100.00"), (110.0749, " 110.07"),
+                                     (9999.94, "9999.94"), (15943.84, "15943.8"), (99999.96, " 100000"),
+                                     (123456.7, " 123457")])
 def test_time_formats(us, text):
+    """nccl-tests >= 2.17.3: 2 decimals where they fit 7 characters, else 1, else none."""
     assert nccl_time(us) == text
+
+
+@pytest.mark.parametrize("gbps,text", [(0.0, "  0.00"), (479.164, "479.16"), (1000.04, "1000.0"),
+                                       (12345.6, " 12346")])
+def test_bandwidth_formats(gbps, text):
+    from simcomm.report.nccl_tests import nccl_figure
+    assert nccl_figure(gbps, 6) == text
 
 
 def test_table_footer_and_busbw_factor():
@@ -65,13 +76,13 @@ def test_preamble_start_and_conclusion_lines():
     h = Header("all_gather_perf", threads=2, gpus=1, minbytes=1 << 20, maxbytes=1 << 20, factor=None,
                stepbytes=1 << 20, comments=["a note"])
     lines = nccl_output([(["table note"], rows)], c, 16, h).splitlines()
-    assert lines[0].startswith("# nccl-tests version 2.17.9")
+    assert lines[0] == "# nccl-tests version 2.19.6 nccl-headers=23000 nccl-library=23000"
     assert lines[1] == "# Collective test starting: all_gather_perf"
-    assert lines[2] == ("# nThread 2 nGpus 1 minBytes 1048576 maxBytes 1048576 step: 1048576(bytes) warmup iters: 0 "
-                        "iters: 1 agg iters: 1 validation: 0 graph: 0")
+    assert lines[2] == ("# nThread 2 nGpus 1 minBytes 1048576 maxBytes 1048576 step: 1048576(bytes) warmup iters: 5 "
+                        "iters: 20 agg iters: 1 validation: 1 graph: 0")
     assert lines[3:5] == ["#", "# Using devices"]
-    assert lines[5] == "#  Rank  0 Group  0 Pid      0 on         n0 device  0 [0000:01:00] H100-SXM5-80GB"
-    assert lines[5 + 15] == "#  Rank 15 Group  0 Pid      7 on         n1 device  7 [0000:08:00] H100-SXM5-80GB"
+    assert lines[5] == "#  Rank  0 Group  0 Pid  10000 on         n0 device  0 [0000:01:00] H100-SXM5-80GB"
+    assert lines[5 + 15] == "#  Rank 15 Group  0 Pid  10007 on         n1 device  7 [0000:08:00] H100-SXM5-80GB"
     assert "# simcomm: a note" in lines and "# simcomm: table note" in lines
     assert lines[-1] == "# Collective test concluded: all_gather_perf"
     assert lines[-4:-1] == ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {rows[0].busbw / 1e9:g} ", "#"]
@@ -82,15 +93,15 @@ def test_json_mirrors_the_table():
     rows = run_perf(Session(c, detail="steps"), ["all_reduce"], [1 << 10, 1 << 20], algorithms=["ring"])
     doc = json.loads(json.dumps(nccl_json([([], rows)], c, 8, Header("all_reduce_perf", gpus=8, minbytes=1 << 10,
                                                                        maxbytes=1 << 20, factor=1024.0))))
-    assert doc["config"]["nGpus"] == 8 and doc["config"]["stepFactor"] == 1024 and len(doc["devices"]) == 8
+    assert doc["config"]["ngpus"] == 8 and doc["config"]["step_factor"] == 1024 and len(doc["devices"]) == 8
     assert [r["size"] for r in doc["results"]] == [1 << 10, 1 << 20]
     for r, row in zip(doc["results"], rows):
         assert r["out_of_place"] == r["in_place"]
         assert r["out_of_place"]["time"] == pytest.approx(row.time * 1e6)
-        assert r["out_of_place"]["busbw"] == pytest.approx(row.busbw / 1e9)
-        assert r["type"] == "float" and r["redop"] == "sum" and r["root"] == -1 and r["out_of_place"]["wrong"] == "N/A"
+        assert r["out_of_place"]["bus_bw"] == pytest.approx(row.busbw / 1e9)
+        assert r["type"] == "float" and r["redop"] == "sum" and r["root"] == "-1" and r["out_of_place"]["nwrong"] == 0
         assert r["simcomm"]["algorithm"] == "ring"
-    assert doc["avg_bus_bandwidth"] == pytest.approx(np.mean([r.busbw for r in rows]) / 1e9)
+    assert doc["average_bus_bandwidth"]["bandwidth"] == pytest.approx(np.mean([r.busbw for r in rows]) / 1e9)
 
 
 def test_the_parameter_line_states_the_step_the_rows_took():

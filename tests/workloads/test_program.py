@@ -108,3 +108,12 @@ def test_units_in_args():
                        "x1MiB", "1m"]) == \
         [64 << 20, pytest.approx(2e-3), 50e9, 50e9, 8 << 30, "ring", "64", 3, [1024], {"t": pytest.approx(1e-6)},
          "x1MiB", "1m"]
+
+
+def test_the_header_counts_the_ranks_the_program_ran_on():
+    """Issue 25: train-pp's header said 8 ranks (the box's) where its table lists the 4 the program ran on."""
+    from simcomm.workloads import report_blocks
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "train-pp.yaml"
+    result = run_scenario(load_scenario(scenario))
+    head = report_blocks(result)[0]
+    assert len(result.rows) == 4 and "program on hgx-h100 (4 of its 8 ranks of H100-SXM5-80GB;" in head

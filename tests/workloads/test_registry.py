@@ -29,3 +29,13 @@ def test_schema_accepts_exactly_the_registered_kinds():
 def test_summary_comes_from_the_kind():
     (row,) = [r for r in summarize(run_scenario(load_text(TEXT, "t.yaml"))) if r["algorithm"] == "ring"][:1]
     assert row["collective"] == "all_reduce" and row["peak_busbw"] >= row["busbw"] > 0
+
+
+def test_sweep_rows_name_what_the_tuner_chose():
+    """Issue 25: `simcomm sweep`'s algorithm column said `auto`; it names the algorithm and protocol that ran at the
+    series' largest size, next to what the series requested."""
+    rows = summarize(run_scenario(load_text(TEXT, "t.yaml")))
+    auto = [r for r in rows if r["requested"] == "auto"]
+    assert auto and all(r["algorithm"] not in ("auto", "") and r["protocol"] in ("LL", "LL128", "Simple")
+                        for r in auto)
+    assert all(r["algorithm"] == r["requested"] for r in rows if r["requested"] != "auto")

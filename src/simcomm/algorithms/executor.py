@@ -14,6 +14,11 @@ lazily (DeviceQueue.hold) and the latency clocks advance on one clock per class 
 something does come along, the run is cut where it stands and the remaining steps go step by step, so contention
 is timed exactly as before.
 
+Compute beside a collective slows its copies inside a node (engine/sharing.py: its CTAs share the GPU): a flow
+between two GPUs of one node whose sender or receiver is computing when the step starts puts COMM_BESIDE_COMPUTE
+more bytes on the wire (ComputeQueue.beside). Across nodes the CTAs wait on the NIC, far slower than they copy, and nothing changes. A
+closed-form run of repeats is decided the same way when it starts, and ends where the compute it found ends.
+
 A protocol with a rate cap (LL's llMaxBw: protocols.py) is held to it step by step: a step whose busiest sender
 would push its payload faster than the cap puts proportionally more bytes on the wire (a larger wire factor for
 that step), so it lasts max(its time at the protocol's efficiency, busiest sender's payload / cap). The step's
@@ -70,9 +75,19 @@ class _Executor:
         if key not in self.seen or self.seen[key][0] is not st.src:
             ranks = self.coll.ranks
             g_src, g_dst = ranks[st.src], ranks[st.dst]
-            extra = np.where(g_src // self.rpn == g_dst // self.rpn, self.hop_intra, self.hop_net)
-            self.seen.put(key, (st.src, g_src, g_dst, extra))
-        return self.seen.get(key)[1:]
+            intra = g_src // self.rpn == g_dst // self.rpn
+            self.seen.put(key, (st.src, g_src, g_dst, np.where(intra, self.hop_intra, self.hop_net), intra))
+        return self.seen.get(key)[1:4]
+
+    def beside_compute(self, st: Step):
+        """(wire factor now, until when): wire(st), raised on the flows inside a node whose sender or receiver is
+        computing now (module docstring), and when the first of those computations ends (None: none slowed)."""
+        factor = self.wire(st)
+        if not len(st.src):
+            return factor, None
+        g_src, g_dst, _ = self.flows(st)
+        slow, until = self.sim.compute.beside(g_src, g_dst, self.seen.get(id(st.src))[4])
+        return (factor if slow is None else factor * slow), until
 
     def wire(self, st: Step) -> float:
         """The wire factor of step st: the protocol's, raised where its rate cap binds (module docstring)."""
@@ -103,7 +118,7 @@ class _Executor:
     def begin(self, st: Step, index: int = 1):
         g_src, g_dst, extra = self.flows(st)
         return self.sim.network.transfer(g_src, g_dst, st.nbytes, label=self.name(st, index),
-                                         extra_latency=extra, wire_factor=self.wire(st),
+                                         extra_latency=extra, wire_factor=self.beside_compute(st)[0],
                                          routes=st.routes, weight=st.weight, with_latency=False, tags=self.tags)
 
     def step(self, st: Step, index: int = 1):
@@ -169,7 +184,8 @@ class _Executor:
             return 0
         g_src, g_dst, extra = self.flows(st)
         net = sim.network
-        known = net.known(g_src, g_dst, st.nbytes, extra_latency=extra, wire_factor=self.wire(st),
+        wire, until = self.beside_compute(st)
+        known = net.known(g_src, g_dst, st.nbytes, extra_latency=extra, wire_factor=wire,
                           routes=st.routes, weight=st.weight)
         if known is None:
             return 0
@@ -180,11 +196,14 @@ class _Executor:
             return 0
         stall, mode, work = timing
         starts, ends = _starts(sim.now, count, duration, stall, float(work.max()) if stall else 0.0)
+        if until is not None:  # the copies are slowed until that compute ends: the run stops there
+            keep = max(1, int(np.searchsorted(starts, until)))
+            starts, ends = starts[:keep], (ends[:keep] if stall else ends)
         smap = self.step_map(st, offsets, latency, mode, red, work)
         if smap is None:
             return 0
         run = net.run(g_src, g_dst, st.nbytes, starts, label=self.name(st, st.repeat - count + 1),
-                      extra_latency=extra, wire_factor=self.wire(st), routes=st.routes,
+                      extra_latency=extra, wire_factor=wire, routes=st.routes,
                       weight=st.weight, tags=self.tags)
         if run is None:
             return 0

@@ -56,11 +56,14 @@ class Placement:
     one ring or tree per NIC rail across nodes; inside one node one suffices).
 
     A Collective without a placement is scheduled as if its ranks shared one flat switch: one channel, no nodes.
+    These channels are the plan's distinct rings and trees (one per NIC rail); the CTAs its kernel holds on each
+    GPU, NCCL's channel count, are channels.collective_channels.
     """
 
     cluster: object | None = None
     ranks_per_node: int | None = None
     channels: int = 1
+    protocol: str = ""  # the NCCL protocol it runs under (a tree uses fewer channels for small buffers by it)
 
     @classmethod
     def on(cls, cluster) -> "Placement":

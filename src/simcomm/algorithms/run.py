@@ -2,12 +2,15 @@
 the cluster, prepare the data, execute the plan."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import AlgorithmError
 from ..vocab import REDUCING
 from . import gloo
 from .catalog import ALGORITHMS
+from .channels import collective_channels
 from .executor import execute
 from .plan import Buffers, Collective
 from .protocols import protocol_for
@@ -23,21 +26,26 @@ def _gloo_plan(coll: Collective, default):
 
 
 def choice_for(sim, coll: Collective, algorithm, protocol) -> Choice:
-    """choose(), remembered for the run: it depends only on the cluster and the collective, and a training step
-    repeats the same collectives thousands of times."""
+    """choose() with the channels its kernel holds, remembered for the run: it depends only on the cluster and
+    the collective, and a training step repeats the same collectives thousands of times."""
     if coll.op.factor is not None:
-        return choose(sim.cluster, coll, algorithm, protocol)
+        return _with_channels(sim.cluster, coll, choose(sim.cluster, coll, algorithm, protocol))
     key = (coll.kind, coll.ranks.tobytes(), coll.count, coll.dtype.str, coll.op.name, coll.root,
            None if coll.splits is None else (np.shape(coll.splits), np.asarray(coll.splits).tobytes()), coll.variant,
            algorithm, protocol)
     memo = sim.memo.setdefault("choices", {})
     if key not in memo:
-        memo[key] = choose(sim.cluster, coll, algorithm, protocol)
+        memo[key] = _with_channels(sim.cluster, coll, choose(sim.cluster, coll, algorithm, protocol))
     return memo[key]
 
 
+def _with_channels(cluster, coll: Collective, choice: Choice) -> Choice:
+    return replace(choice, channels=collective_channels(cluster, coll, choice.algorithm, choice.protocol))
+
+
 def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = None, algorithm: str | None = None,
-                   protocol: str | None = None, numerics: str = "nccl", label: str | None = None, tags=None):
+                   protocol: str | None = None, numerics: str = "nccl", label: str | None = None, tags=None,
+                   sms: int | None = None, sm_margin: bool = False):
     """Start `coll` on `sim` now; returns (simpy process, buffers, Choice).
 
     The collective is recorded with structured tags: what it is (collective, algorithm, protocol, dtype, op) and
@@ -45,7 +53,9 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
 
     rows: the group's data (one row per group rank, layout per collective, see Collective) or None for
     size-only. numerics: "nccl" (each algorithm's natural order, float AVG pre-multiplied) or "gloo" (gloo's
-    ring order for all_reduce, AVG = sum then divide, no PREMUL_SUM).
+    ring order for all_reduce, AVG = sum then divide, no PREMUL_SUM). sms: the SMs its kernel holds on every GPU
+    instead of NCCL's channels (a library of its own, such as Transformer Engine's userbuffers); sm_margin: compute
+    launched beside it knows (is sized for the SMs left).
     """
     if numerics not in ("nccl", "gloo"):
         raise AlgorithmError(f"numerics must be 'nccl' or 'gloo', got {numerics!r}")
@@ -54,6 +64,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     cluster = sim.cluster
     coll = coll.placed(cluster)
     choice: Choice = choice_for(sim, coll, algorithm, protocol)
+    coll = replace(coll, placement=replace(coll.placement, protocol=choice.protocol))
     alg = ALGORITHMS[coll.kind][choice.algorithm]
     plan = alg.plans[coll.kind]
     if numerics == "gloo" and algorithm in (None, "ring"):
@@ -69,8 +80,14 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     tags = {"collective": coll.kind, "dtype": coll.dtype.name, "op": op, **(tags or {}),
             "algorithm": choice.algorithm, "protocol": choice.protocol}
 
+    if sms is not None:
+        choice = replace(choice, channels=int(sms))
+
     def body():
+        release = sim.compute.hold(coll.ranks, choice.channels, sm_margin)  # its CTAs, on each GPU, until it ends
         end = yield from execute(sim, coll, plan, buf, proto, name, tags)
+        if release is not None:
+            release()
         if buf.live and reducing:
             rows = buf.rows
             if rows.ndim == 2 and rows.strides[0] == 0:  # every rank holds the same result: finish it once

@@ -13,7 +13,7 @@ its parent at stage (D - d) + j, after its children's slice j arrived (they are 
 sending slice j down at stage D + j, and a rank at depth d forwards it at stage D + d + j. So an all-reduce takes
 2D + slices - 1 stages, every stage moving one slice per tree edge. Reductions happen at the receiving parent
 (charged to its HBM). Identical flows of a stage (the channels' chains share rank pairs) travel as one weighted
-flow. Small buffers use fewer channels, as NCCL does (MIN_CHANNEL_BYTES per channel and tree).
+flow. Small buffers use fewer channels, as NCCL does (MIN_CHANNEL_BYTES of the protocol per channel and tree).
 
 Latency: each rank has a clock per tree instance and direction (the executor's `chains`), so a slice's latency
 adds up along its own path, up then down (2D hops, NCCL's 2 * depth * hop latency). Stages run in lockstep for
@@ -30,7 +30,10 @@ from .cost import CostModel, pipelined_end
 from .plan import Buffers, Collective, channel_stride
 from .tree_schedule import choose_slices, depths, pipelined_trees, tree_fold
 
-MIN_CHANNEL_BYTES = 32 << 10  # a channel per this many bytes per tree, at most (NCCL: 64 B/thread x 512 threads)
+# The fewest bytes NCCL gives a channel, by protocol: its threads x its per-thread threshold (init.cc's maxThreads
+# and threadThresholds; enqueue.cc drops channels while nBytes < channels x threads x threshold): LL 512 x 8,
+# LL128 640 x 8, Simple 512 x 64.
+MIN_CHANNEL_BYTES = {"LL": 512 * 8, "LL128": 640 * 8, "Simple": 512 * 64}
 
 
 # ---- tree shapes (ports of NCCL's ncclGetBtree / ncclGetDtree) ----------------------------------------------
@@ -66,12 +69,14 @@ def node_members(coll: Collective) -> list[np.ndarray]:
     return np.split(order, starts[1:])
 
 
-def tree_channels(coll: Collective, nodes: int, per_node: int) -> int:
+def tree_channels(coll: Collective, nodes: int, per_node: int, protocol: str = "") -> int:
     """Tree instances per direction: the placement's channels across nodes (a node's ranks inside one), at most
     one per rank of the smallest node, and, like NCCL, fewer for small messages (each channel needs enough bytes
-    to keep its threads busy)."""
+    to keep its threads busy: MIN_CHANNEL_BYTES of the protocol, the placement's unless given; Simple's by
+    default)."""
     channels = max(1, min(coll.placement.channels if nodes > 1 else per_node, per_node))
-    return max(1, min(channels, -(-coll.count * coll.itemsize // (2 * MIN_CHANNEL_BYTES))))
+    least = MIN_CHANNEL_BYTES.get(protocol or coll.placement.protocol, MIN_CHANNEL_BYTES["Simple"])
+    return max(1, min(channels, -(-coll.count * coll.itemsize // (2 * least))))
 
 
 def head_stride(coll: Collective, nodes: int, per_node: int) -> int:
@@ -214,7 +219,7 @@ def _predict_all_reduce(m: CostModel, coll: Collective) -> float:
     most."""
     size = float(coll.nbytes)
     members = max(1, m.ppn)
-    channels = tree_channels(coll, m.nodes, members)
+    channels = tree_channels(coll, m.nodes, members, m.proto.name)
     seg = -(-coll.count // (2 * channels))
     slices = choose_slices(seg * coll.itemsize)
     times = _stage_times(m, channels, slices, -(-seg // slices) * coll.itemsize, head_stride(coll, m.nodes, members))

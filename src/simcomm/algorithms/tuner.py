@@ -34,6 +34,7 @@ class Choice:
     protocol: str
     predicted: float | None = None  # seconds, from the tuner's model, when the tuner chose
     weighed: tuple[tuple[str, str, float], ...] = ()  # (algorithm, protocol, predicted seconds), fastest first
+    channels: int = 0  # CTAs its kernel holds on every GPU of the group (channels.collective_channels)
 
 
 def _placed(cluster, coll: Collective) -> Collective:

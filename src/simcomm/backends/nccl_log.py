@@ -6,7 +6,7 @@ with no root column and an `error` column instead of `#wrong`, `#wrong` as N/A (
 time, algbw, busbw), sizes with digit separators, and lines prefixed by MPI launchers (`[1,0]<stdout>:` from
 Open MPI's --tag-output, ` 0: ` from srun --label). Several tables may follow each other; a comment line before
 a header (e.g. "# all_reduce, forced Ring") titles the next table. JSON: the -J document (see
-report/nccl_tests.py for the layout simcomm writes), read by field name.
+report/nccl_tests.py), read by nccl-tests' field names.
 
 Which collective a table measured comes from the log when it says ("Collective test starting: all_gather_perf",
 a command line, a title naming one); otherwise the caller says. The rank count comes from the device lines, the
@@ -260,9 +260,11 @@ def _figures_from(obj) -> Figures | None:
     time_us = obj.get("time", obj.get("time_us", obj.get("time(us)")))
     if time_us is None:
         return None
-    return Figures(_float(time_us), _float(obj.get("algbw", obj.get("algbw_gbps", math.nan))),
-                   _float(obj.get("busbw", obj.get("busbw_gbps", math.nan))), str(obj.get("wrong", obj.get("#wrong",
-                                                                                                            ""))))
+    wrong = obj.get("nwrong", obj.get("wrong", obj.get("#wrong", "")))
+    return Figures(_float(time_us), _float(obj.get("alg_bw", obj.get("algbw", math.nan))),
+                   _float(obj.get("bus_bw", obj.get("busbw", math.nan))),
+                   "N/A" if wrong is None else str(int(wrong))
+                   if isinstance(wrong, (int, float)) and math.isfinite(wrong) else str(wrong))
 
 
 def parse_json(doc, source: str = "json") -> list[Table]:
@@ -271,10 +273,7 @@ def parse_json(doc, source: str = "json") -> list[Table]:
         doc = {"results": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise LogError(f"{source}: not an nccl-tests JSON document (expected an object with a 'results' list)")
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-    ranks = config.get("nRanks") or (len(doc["devices"]) if isinstance(doc.get("devices"), list) else None)
-    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
-        raise LogError(f"{source}: config.nRanks must be a whole number >= 1, got {ranks!r}"[:300])
+    ranks = len(doc["devices"]) if isinstance(doc.get("devices"), list) and doc["devices"] else None
     by_name: dict[str, Table] = {}
     for i, res in enumerate(doc["results"]):
         if not isinstance(res, dict) or "size" not in res:
@@ -286,9 +285,10 @@ def parse_json(doc, source: str = "json") -> list[Table]:
         if oop is None:
             raise LogError(f"{source}: results[{i}] has no out-of-place time")
         name = str(res.get("name") or doc.get("test") or "")
+        average = doc.get("average_bus_bandwidth")
         table = by_name.setdefault(name, Table(collective=canonical_collective(name), ranks=ranks, meta={
-            "source": source, "nccl_tests_version": doc.get("nccl_tests_version"),
-            "avg_busbw": doc.get("avg_bus_bandwidth")}))
+            "source": source, "nccl_tests_version": doc.get("version"),
+            "avg_busbw": average.get("bandwidth") if isinstance(average, dict) else None}))
         root, count, dtype = res.get("root"), res.get("count"), res.get("type")
         table.rows.append(Row(_whole(res["size"], "size", source, i),
                               None if count is None else _whole(count, "count", source, i),

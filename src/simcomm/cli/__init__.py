@@ -9,6 +9,7 @@ import argparse
 import json
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError, user_traceback
@@ -83,9 +84,9 @@ def cmd_run(args) -> int:
 
 def _run_one(args, path: str, out: str | None, docs: list) -> int:
     from ..report import PLOT_FILES, dumps, render, result_json, write_outputs
-    from ..scenario import load_scenario
+    from ..scenario import NO_INTERFERENCE, load_scenario
     from ..workloads import plots_for, report_blocks, run_scenario
-    loaded = load_scenario(scenario_path(path))
+    loaded = load_scenario(scenario_path(path), NO_INTERFERENCE if args.no_interference else None)
     o = loaded.scenario.outputs
     json_file = o.json or ("result.json" if args.save_json else None)
     trace_file = o.trace or ("trace.json" if args.trace else None)
@@ -107,8 +108,17 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
         width = shutil.get_terminal_size((120, 24)).columns
         _print(render(report_blocks(result), rich=_tty(sys.stdout), width=width))
         for what, where in written.items():
-            _print(f"wrote {what}: {where}")
+            _print(f"wrote {what}: {where}" + (_rank_traces_note(where, result.cluster) if what == "rank_traces"
+                                               else ""))
     return EXIT_OK
+
+
+def _rank_traces_note(directory, cluster) -> str:
+    """How many ranks have a file (those that ran something in the simulation), and how HTA should load them."""
+    files = len(list(Path(directory).glob("rank*.json")))
+    shown = f" ({files} of the cluster's {cluster.num_ranks} ranks ran something in the simulation; only they " \
+            "have a file)" if files < cluster.num_ranks else ""
+    return shown + HTA_HINT
 
 
 def cmd_validate(args) -> int:
@@ -249,6 +259,11 @@ def _preset_value(key: str, v) -> str:
     return str(v)
 
 
+# HTA rounds ns-resolution kernels to whole us (start up, end down): a kernel under 1 us gets a negative length
+HTA_HINT = " (load it into HTA with HTA_DISABLE_NS_ROUNDING=1: HTA rounds kernels to whole us otherwise)"
+PROSE_CELL = 100  # characters: a longer preset value is printed as a wrapped paragraph
+
+
 def cmd_presets(args) -> int:
     from ..hardware import PRESETS, build_cluster, describe_preset
     from ..report.json_out import dumps
@@ -259,7 +274,13 @@ def cmd_presets(args) -> int:
             _print(dumps({**d, "units": PRESET_UNITS}))
             return EXIT_OK
         rows = [(k, _preset_value(k, v)) for k, v in d.items()]
+        # prose (the description, the sources) is wrapped below the table rather than stretching one cell
+        prose = [(k, v) for k, v in rows if len(v) > PROSE_CELL]
+        rows = [(k, "(below)" if len(v) > PROSE_CELL else v) for k, v in rows]
         _print(render([(f"preset {d['preset']}", ["key", "value"], rows)], rich=_tty(sys.stdout)))
+        for k, v in prose:
+            _print(f"\n{k}:\n" + textwrap.fill(v, width=100, initial_indent="  ", subsequent_indent="  ",
+                                               break_on_hyphens=False, break_long_words=False))
         return EXIT_OK
     listing = []
     for name, p in PRESETS.items():
@@ -311,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Holistic Trace Analysis")
     r.add_argument("--no-files", action="store_true", help="write nothing, whatever outputs says")
     r.add_argument("--detail", choices=["flows", "steps"], help="override model.detail")
+    r.add_argument("--no-interference", action="store_true",
+                   help="compute and communication do not share the GPUs (model.interference: false)")
     r.set_defaults(func=cmd_run)
 
     perf.add_parser(sub)
@@ -399,6 +422,7 @@ def main(argv=None) -> int:
         else:
             argv, launch = perf.split_argv(argv)  # `perf mpirun -np 16 all_reduce_perf ...`
             args = parser.parse_args(argv)
+            args.argv = argv[1:] if argv[:1] == ["perf"] else argv  # the command line nccl-tests' -J records
             if launch is not None:
                 args.launch = launch
     except SystemExit as exc:  # --help and usage errors

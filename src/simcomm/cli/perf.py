@@ -39,15 +39,16 @@ NCCL_TESTS_FLAGS = (
     Flag("-e", "--maxbytes", "32M", "largest size (default 32M)"),
     Flag("-i", "--stepbytes", "1M", "fixed increment between sizes when -f is not given (default 1M)"),
     Flag("-f", "--stepfactor", None, "multiplication factor between sizes (default: disabled, -i steps)"),
-    Flag("-n", "--iters", None, "timed iterations", "every iteration of a deterministic simulation takes the same "
-         "time, so one is simulated"),
-    Flag("-m", "--agg_iters", None, "operations aggregated per iteration", "each operation is simulated alone"),
-    Flag("-w", "--warmup_iters", None, "warm-up iterations", "a simulation has no warm-up effects"),
+    Flag("-n", "--iters", None, "timed iterations (default 20), as the parameter line states them", "every "
+         "iteration of a deterministic simulation takes the same time, so one is simulated"),
+    Flag("-m", "--agg_iters", None, "operations aggregated per iteration (default 1), as the parameter line states "
+         "them", "each operation is simulated alone"),
+    Flag("-w", "--warmup_iters", None, "warm-up iterations (default 5), as the parameter line states them",
+         "a simulation has no warm-up effects"),
     Flag("-N", "--run_cycles", "1", "print the size sweep this many times (0, forever, is refused)"),
     Flag("-p", "--parallel_init", None, "initialise NCCL from threads in parallel",
          "communicator initialisation is not simulated"),
-    Flag("-c", "--check", None, "check results this many iterations",
-         "perf moves no data, so #wrong is N/A as with -c 0; rank programs move and check real data"),
+    Flag("-c", "--check", None, "check results this many iterations (default 1); 0 prints #wrong as N/A"),
     Flag("-o", "--op", "sum", "sum, prod, min, max, avg or all"),
     Flag("-d", "--datatype", "float", "float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64, "
          "f8e4m3, f8e5m2 or all"),
@@ -56,7 +57,8 @@ NCCL_TESTS_FLAGS = (
          "the simulated collectives already run one after another"),
     Flag("-y", "--stream_null", None, "use the NULL stream", "streams are not simulated in perf"),
     Flag("-T", "--timeout", "0", "stop with an error after this many seconds of wall time (0: no limit)"),
-    Flag("-G", "--cudagraph", None, "launch through CUDA graphs", "kernel launch cost is not modelled"),
+    Flag("-G", "--cudagraph", None, "launch through CUDA graphs (default 0), as the parameter line states it",
+         "kernel launch cost is not modelled"),
     Flag("-C", "--report_cputime", None, "report CPU time", "host time is not simulated"),
     Flag("-a", "--average", None, "report rank 0, average, min or max (0-3)",
          "the time reported is until the last rank finishes, the same for every rank"),
@@ -104,6 +106,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                   "auto)")
     f.add_argument("--proto", help="NCCL_PROTO: LL, LL128 or Simple (default: $NCCL_PROTO, else auto)")
     f.add_argument("--json", action="store_true", help="print rows as simcomm JSON (SI units) instead")
+    f.add_argument("--quiet", "--nccl-tests-only", dest="quiet", action="store_true",
+                   help="print nccl-tests' lines alone: leave out simcomm's own '# simcomm:' notes (and the -J "
+                        "file's 'simcomm' fields)")
     f.set_defaults(func=cmd_perf, launch=None)
     return f
 
@@ -347,8 +352,8 @@ def cmd_perf(args) -> int:
             comments = [f"{kind} on {cluster.name}: algorithm {one or 'auto (the tuner)'}, protocol "
                         f"{proto or 'auto'}; chose {tuner_summary(rows)}"] + tuner_comments(rows[:len(sizes)])
             tables.append((comments, rows * cycles))
-    header = Header(f"{NCCL_TESTS_NAMES[kind]}_perf", counts.threads, counts.gpus, begin, end,
-                    factor, step)
+    header = Header(f"{NCCL_TESTS_NAMES[kind]}_perf", counts.threads, counts.gpus, begin, end, factor, step,
+                    **_measurement(args), quiet=args.quiet, args=list(getattr(args, "argv", None) or []), env=env)
     header.comments = [counts.note] + ([algo_note] if algo_note else []) + \
         [f"no effect in simulation: {x}" for x in ignored] + \
         ([f"{' '.join(launch.ignored)}: launcher options with no effect"] if launch and launch.ignored else [])
@@ -363,6 +368,16 @@ def cmd_perf(args) -> int:
         return 0
     sys.stdout.write(nccl_output(tables, cluster, n, header))
     return 0
+
+
+def _measurement(args) -> dict:
+    """The iteration counts, validation and graph flags nccl-tests states in its parameter line (its defaults
+    when not given)."""
+    return {"iters": _int(args.ntn, "-n") if args.ntn is not None else 20,
+            "warmup": _int(args.ntw, "-w", 0) if args.ntw is not None else 5,
+            "agg_iters": _int(args.ntm, "-m") if args.ntm is not None else 1,
+            "validation": _int(args.ntc, "-c", 0) if args.ntc is not None else 1,
+            "graph": _int(args.ntG, "-G", 0) if args.ntG is not None else 0}
 
 
 def _timeout(value) -> float:

@@ -41,10 +41,10 @@ def cmd_plan(args) -> int:
     from ..parallel.search import plan
     from ..report import dumps
     from ..report.table import render
-    from ..scenario import load_scenario
+    from ..scenario import NO_INTERFERENCE, load_scenario
     from ..units import format_size
     from ..workloads.training import config_of, model_of
-    loaded = load_scenario(args.scenario)
+    loaded = load_scenario(args.scenario, NO_INTERFERENCE if args.no_interference else None)
     spec = loaded.scenario.workload
     if spec.kind != "training":
         raise SimcommError(f"{args.scenario}: simcomm plan needs a training scenario (workload kind training), "
@@ -122,4 +122,6 @@ def add_parser(sub) -> None:
     p.add_argument("--max-virtual", type=whole(1), help="largest v for the interleaved schedule (default 8)")
     p.add_argument("--plot", help="write a PNG of step time against peak memory for every layout that fits")
     p.add_argument("--json", action="store_true", help="print every layout as JSON")
+    p.add_argument("--no-interference", action="store_true",
+                   help="compute and communication do not share the GPUs (model.interference: false)")
     p.set_defaults(func=cmd_plan)

@@ -5,7 +5,6 @@ import argparse
 import json
 import sys
 
-from ..errors import RankFailed, SimcommError
 from ..units import positive, whole
 from ..vocab import MAX_RANKS_PER_NODE
 from .options import NODES
@@ -14,21 +13,14 @@ EXIT_OK, EXIT_SIM = 0, 1
 
 
 def cmd_launch(args) -> int:
-    import traceback
-
     from ..backends import require_torch
     require_torch()
     from ..backends.launch import launch
     script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
-    try:
-        result = launch(args.script, script_args, args.nproc_per_node, args.nnodes, args.cluster,
-                        cuda_as=args.cuda_as, count_flops=args.compute, flop_rate=args.flop_rate,
-                        numerics=args.numerics)
-    except RankFailed as exc:
-        original = getattr(exc, "original", None)
-        if original is not None and not isinstance(original, SimcommError):
-            sys.stderr.write("".join(traceback.format_exception(original)))
-        raise
+    # a rank's failure propagates: the CLI prints it once, with the rank's own frames (the whole traceback with
+    # --debug), as for `simcomm run`
+    result = launch(args.script, script_args, args.nproc_per_node, args.nnodes, args.cluster,
+                    cuda_as=args.cuda_as, count_flops=args.compute, flop_rate=args.flop_rate, numerics=args.numerics)
     sys.stdout.flush()
     for w in result.worlds:
         elapsed = "failed" if w.elapsed is None else f"{w.elapsed * 1e6:.3f} us simulated"

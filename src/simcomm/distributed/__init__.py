@@ -3,6 +3,9 @@
 The names are torch 2.13's (tests/distributed/test_surface.py compares names and signatures with the installed
 torch); NOT_SIMULATED lists the torch names simcomm leaves out, and why.
 """
+import warnings
+from typing import NewType
+
 from ..algorithms.reduce_ops import ReduceOp
 from ..algorithms.reduce_ops import make_premul_sum as _make_nccl_premul_sum
 from ..errors import DistError
@@ -25,6 +28,26 @@ from .objects import (all_gather_object, broadcast_object_list, gather_object, r
 from .work import Work
 
 
+GroupName = NewType("GroupName", str)  # torch's alias for a group's name
+RankType = int  # torch's alias for a rank (int | torch.SymInt there; simcomm has no symbolic ints)
+
+
+class _DeprecatedReduceOp:
+    """torch's deprecated `reduce_op`: ReduceOp's members as attributes, each access warning as torch's does."""
+
+    def __init__(self):
+        for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+            object.__setattr__(self, name, getattr(ReduceOp, name))
+
+    def __getattribute__(self, key):
+        warnings.warn("`torch.distributed.reduce_op` is deprecated, please use `torch.distributed.ReduceOp` instead",
+                      FutureWarning, stacklevel=2)
+        return object.__getattribute__(self, key)
+
+
+reduce_op = _DeprecatedReduceOp()
+
+
 class DistBackendError(DistError):
     """torch's error for a failure inside a backend."""
 
@@ -45,12 +68,12 @@ NOT_SIMULATED = {
     **dict.fromkeys(["Store", "TCPStore", "FileStore", "HashStore", "PrefixStore", "QueueEmptyError",
                      "register_rendezvous_handler", "rendezvous"], "rendezvous stores: simcomm.spawn needs none"),
     **dict.fromkeys(["Reducer", "GradBucket", "BuiltinCommHookType", "Logger"], "DistributedDataParallel internals"),
-    **dict.fromkeys(["GroupName", "RankType"], "type aliases"),
     "breakpoint": "a debugger for real processes", "log": "torch's logger", "record_comm": "profiler hook",
-    "reduce_op": "deprecated alias of ReduceOp", "timedelta": "datetime.timedelta re-exported by torch",
+    "timedelta": "datetime.timedelta re-exported by torch",
     "shrink_group": "experimental fault tolerance (ranks that died): simulated ranks do not die",
 }
 
 __all__ = sorted(n for n in dir() if not n.startswith("__") and n not in ("annotations", "api", "backend",
                  "coalesced", "collectives", "device_mesh", "groups", "objects", "work", "runtime", "tensors",
-                 "rendezvous", "p2p", "clock", "spawn", "NOT_SIMULATED"))
+                 "rendezvous", "p2p", "clock", "spawn", "NOT_SIMULATED", "warnings", "NewType",
+                 "_DeprecatedReduceOp"))

@@ -154,6 +154,13 @@ def get_global_rank(group, group_rank: int) -> int:
 
 
 def get_process_group_ranks(group) -> list[int]:
+    """Global ranks of the group, in group-rank order. Given GroupMember.NON_GROUP_MEMBER (what new_group hands a
+    rank outside the group), the ranks of the last group this rank was left out of, as torch answers."""
+    if group is NON_GROUP_MEMBER:
+        rt, me = current()
+        left_out = rt.services["groups"].left_out.get(me)
+        if left_out is not None:
+            return list(left_out)
     return list(_registered(group).ranks)
 
 

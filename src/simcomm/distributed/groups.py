@@ -77,6 +77,9 @@ class GroupRegistry:
         self._groups: list[tuple[ProcessGroup, int]] = []  # (group, rank that created it)
         self._local_calls: dict[tuple[int, tuple], int] = {}
         self._local: dict[tuple, list[ProcessGroup]] = {}
+        # rank -> the ranks of the last group it was left out of: torch files each such group's ranks under
+        # NON_GROUP_MEMBER, so get_process_group_ranks(NON_GROUP_MEMBER) answers the last one's
+        self.left_out: dict[int, tuple[int, ...]] = {}
 
     def count(self) -> int:
         """Groups made so far, the world included."""
@@ -111,7 +114,10 @@ class GroupRegistry:
         if members != group.ranks:
             raise MismatchError(f"rank {rank}: new_group call #{k + 1} disagrees: rank {creator} passed ranks "
                                 f"{list(group.ranks)}, rank {rank} passed {list(members)}")
-        return group if rank in group else NON_GROUP_MEMBER
+        if rank in group:
+            return group
+        self.left_out[rank] = group.ranks
+        return NON_GROUP_MEMBER
 
     def _new_local(self, rank: int, members: tuple[int, ...]):
         """use_local_synchronization=True: only members take part; non-members get the non-member marker."""

@@ -59,11 +59,16 @@ def resolve_cluster(cluster, nprocs: int | None) -> Cluster:
     return probe if nodes == 1 else build_cluster(cluster, nodes=nodes)
 
 
+START_METHODS = ("spawn", "fork", "forkserver")
+
+
 def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorithm=None, protocol=None,
-          numerics: str | None = None, detail: str = "flows", join: bool = True,
-          execution: str | None = None) -> SpawnResult:
+          numerics: str | None = None, detail: str = "flows", join: bool = True, daemon: bool = False,
+          start_method: str = "spawn", execution: str | None = None) -> SpawnResult:
     """Run fn(rank, *args) for every rank on a simulated cluster and return a SpawnResult.
 
+    fn, args, nprocs, join, daemon and start_method are torch.multiprocessing.spawn's; ranks are no processes
+    here, so daemon and start_method change nothing (start_method must still be one of torch's).
     cluster: a preset name ("hgx-h100", "cpu-host", ...) or a Cluster; nprocs defaults to all its ranks.
     algorithm / protocol force NCCL_ALGO / NCCL_PROTO (algorithm may be a dict per collective kind).
     numerics: "gloo" (bitwise gloo ring order) or "nccl"; the default follows the cluster (CPU -> gloo).
@@ -73,6 +78,9 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     A failed run raises its SimcommError (RankFailed, DeadlockError, ...) with two more attributes: simulated_time
     (when it stopped) and finished (the ranks whose function had returned).
     """
+    if start_method not in START_METHODS:
+        raise SimcommError(f"start_method={start_method!r}: expected one of {', '.join(START_METHODS)}, as "
+                           "torch.multiprocessing.spawn takes")
     if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, numbers.Integral)):
         raise SimcommError(f"nprocs must be a whole number of ranks, got {nprocs!r}")
     if nprocs is not None and not 1 <= nprocs <= MAX_RANKS:

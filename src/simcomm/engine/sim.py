@@ -5,6 +5,7 @@ import simpy
 
 from ..errors import SimcommError
 
+from .compute import ComputeQueue
 from .network import FlowNetwork
 from .resources import DeviceQueue
 from .trace import Recorder
@@ -35,9 +36,11 @@ class Simulation:
 
     `closed_form` lets the collective executor time runs of identical steps in closed form ("steps" detail
     only); turning it off forces the step-by-step path, which gives the same times (tests compare the two).
+    `interference`: compute and communication share each GPU's SMs (engine/sharing.py); None takes the
+    cluster's `tuning.interference`.
     """
 
-    def __init__(self, cluster, detail: str = "flows", closed_form: bool = True):
+    def __init__(self, cluster, detail: str = "flows", closed_form: bool = True, interference: bool | None = None):
         self.cluster = cluster
         self.closed_form = closed_form
         self.env = CountingEnvironment()
@@ -45,7 +48,11 @@ class Simulation:
         self.network = FlowNetwork(self.env, cluster, self.recorder)
         dev = cluster.device
         self.memory = DeviceQueue("hbm", cluster.num_ranks, dev.memory_bandwidth, self.recorder)
-        self.compute = DeviceQueue("compute", cluster.num_ranks, dev.compute_rate, self.recorder)
+        if interference is None:
+            interference = cluster.template.tuning.interference
+        self.interference = bool(interference) and dev.sms > 0
+        self.compute = ComputeQueue(self.env, cluster.num_ranks, dev.compute_rate, self.recorder, sms=dev.sms,
+                                    hbm=dev.memory_bandwidth, sharing=self.interference)
         self.memo: dict = {}  # results that depend only on the cluster, kept for this run (e.g. tuner choices)
 
     @property
@@ -57,4 +64,5 @@ class Simulation:
         return self.env.timeout(max(when - self.env.now, 0.0))
 
     def stats(self) -> dict:
-        return {"events": self.env.scheduled, **self.network.stats, "recorded_flows": self.recorder.flow_count}
+        return {"events": self.env.scheduled, **self.network.stats, **self.compute.stats,
+                "recorded_flows": self.recorder.flow_count}

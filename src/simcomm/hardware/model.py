@@ -45,11 +45,16 @@ class DeviceSpec:
     # NCCL fuses the reduction into the transfer kernel, so reduction time overlaps the transfer; gloo on a CPU
     # receives first and reduces after.
     fused_reduction: bool = True
+    # Streaming multiprocessors: communication kernels hold some of them beside compute (engine/sharing.py); 0 for
+    # a device whose compute and communication do not share anything modelled (a CPU process).
+    sms: int = 0
 
     def __post_init__(self) -> None:
         for key, kind in (("memory_bandwidth", "bandwidth"), ("memory_capacity", "memory_capacity"),
                           ("compute_rate", "compute_rate")):
             check_figure(f"device {self.name}", key, getattr(self, key), kind)
+        if isinstance(self.sms, bool) or not isinstance(self.sms, int) or not 0 <= self.sms <= 100_000:
+            raise HardwareError(f"device {self.name}: sms must be a whole number from 0 to 100000, got {self.sms!r}")
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,10 @@ class Tuning:
     first_touch_rate: for CPU ranks, bytes/s at which a core faults in freshly mapped memory (0: free). gloo's
         all_gather allocates its whole output anew on every call, which at 32 MiB and more is mapped fresh
         (protocols.fresh_output_time).
+    interference: compute and communication share each GPU's SMs (engine/sharing.py): compute slows while
+        communication kernels are resident, and their copies slow beside compute. False: each runs as if alone.
+    min_channels, max_channels: NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, bounds on the channels (one CTA each) a
+        communicator uses (algorithms/channels.py); 0: NCCL's defaults.
     """
 
     launch_overhead: float = 0.0
@@ -101,6 +110,9 @@ class Tuning:
     cores: int = 0  # CPU ranks: cores they share; with more ranks than cores a step waits its turn (0: no limit)
     chunk_overhead: float = 0.0
     first_touch_rate: float = 0.0
+    interference: bool = True
+    min_channels: int = 0
+    max_channels: int = 0
 
     def sharing(self, ranks: int) -> float:
         """How many ranks share each core: ranks / cores when CPU ranks outnumber their cores, else 1."""
@@ -120,6 +132,13 @@ class Tuning:
         for key, value in self.efficiency:
             if not 0 < value <= 4:
                 raise HardwareError(f"tuning efficiency {key} must be in (0, 4], got {value!r}")
+        if not isinstance(self.interference, bool):
+            raise HardwareError(f"tuning interference must be true or false, got {self.interference!r}")
+        for key in ("min_channels", "max_channels"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 64:
+                raise HardwareError(f"tuning {key} must be a whole number from 0 (NCCL's default) to 64, got "
+                                    f"{value!r}")
 
     @cached_property
     def _table(self) -> dict[str, float]:
@@ -158,6 +177,9 @@ class NodeTemplate:
     nvls: bool = False  # NVSwitch can reduce in the switch (NVLink SHARP)
     sources: tuple[str, ...] = ()  # where the figures come from
     tuning: Tuning = Tuning()  # software overheads and efficiencies (NCCL's tuner figures when empty)
+    # Channels NCCL's topology search gives a communicator (one CTA each on every GPU): inside one node, and
+    # across nodes; (0, 0) for devices NCCL does not run on (algorithms/channels.py)
+    nccl_channels: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         for v, kind in self.vertices.items():

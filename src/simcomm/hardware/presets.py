@@ -32,6 +32,11 @@ NIC_100G = 12.2e9  # 100 Gb/s NIC, ~12.2 GB/s achieved (NCCL maintainers)
 EFA_P5_RAIL, EFA_P4DE_NIC = 4 * NIC_100G, NIC_100G
 # Inter-socket fabric (AMD xGMI / Intel UPI): rough estimate, only crossed by traffic that cannot avoid it.
 INTER_SOCKET_BW = 38.4e9
+# Channels of an NCCL communicator (one CTA each on every GPU it spans): NCCL's topology search gives 2 per NVLink
+# on an NVSwitch node, at most MAXCHANNELS = 32 (DGX A100: 12 links, 24 channels; H100/H200: 18 links, 32), 2 per
+# PCIe ring, and 2 per NIC rail across nodes (8 rails: 16), as NCCL's init logs show ("Channel 00/24", "16 coll
+# channels"). NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS (Tuning.min_channels / max_channels) bound them.
+NCCL_MAX_CHANNELS = 32
 # Hardware latencies per hop: estimates, not measurements.
 NVLINK_LAT = 0.35e-6  # GPU -> NVSwitch -> GPU = 0.7 us
 PCIE_LAT = 0.5e-6
@@ -40,11 +45,12 @@ NIC_LAT = 1.0e-6  # NIC <-> leaf switch port
 # gloo over loopback TCP on one host, per rank and direction (estimates).
 LOOPBACK_BW, LOOPBACK_LAT = 5e9, 15e-6
 
-# memory_bandwidth is what a device-to-device copy sees; compute is dense bf16.
-A100_SXM = DeviceSpec("A100-SXM4-80GB", "gpu", 2.0e12, 80 * GIB, 312e12)  # both nominal: no measured figure
-H100_SXM = DeviceSpec("H100-SXM5-80GB", "gpu", 3.0e12, 80 * GIB, 790e12)  # measured (3.35 TB/s, 989 TF nominal)
-H200_SXM = DeviceSpec("H200-SXM-141GB", "gpu", 4.3e12, 141 * 10**9, 790e12)  # measured (4.8 TB/s nominal)
-A100_PCIE = DeviceSpec("A100-PCIe-40GB", "gpu", 1.5e12, 40 * GIB, 312e12)  # nominal
+# memory_bandwidth is what a device-to-device copy sees; compute is dense bf16. SMs: NVIDIA's architecture
+# whitepapers (A100: 108 of GA100's 128; H100 SXM5: 132 of GH100's 144; H200 is the same GH100 configuration).
+A100_SXM = DeviceSpec("A100-SXM4-80GB", "gpu", 2.0e12, 80 * GIB, 312e12, sms=108)  # both nominal: none measured
+H100_SXM = DeviceSpec("H100-SXM5-80GB", "gpu", 3.0e12, 80 * GIB, 790e12, sms=132)  # measured (3.35 TB/s, 989 TF)
+H200_SXM = DeviceSpec("H200-SXM-141GB", "gpu", 4.3e12, 141 * 10**9, 790e12, sms=132)  # measured (4.8 TB/s)
+A100_PCIE = DeviceSpec("A100-PCIe-40GB", "gpu", 1.5e12, 40 * GIB, 312e12, sms=108)  # nominal
 CPU_PROC = DeviceSpec("CPU process", "cpu", 10e9, 16 * GIB, 50e9, fused_reduction=False)  # estimates
 
 _REF = "docs/model.md: effective link figures (NCCL's tuning model, published nccl-tests results)"
@@ -93,9 +99,10 @@ def _sxm_node(name: str, gpu: DeviceSpec, links_per_gpu: int, per_link: float, p
                    f"over all chips); {nic_text}; 4 PCIe switches with 2 GPUs + {nics_per_switch} NIC"
                    f"{'s' if nics_per_switch > 1 else ''} each")
     endpoint_nic = tuple(i * nics_per_switch // 2 for i in range(8))
+    channels = (min(NCCL_MAX_CHANNELS, 2 * links_per_gpu), min(NCCL_MAX_CHANNELS, 2 * len(nics)))
     return NodeTemplate(name, description, gpu, vertices, tuple(gpus), tuple(links), tuple(nics), endpoint_nic,
                         nic, FITTED_NIC_LATENCY.get(name, NIC_LAT), nvls, (_NCCL, _REF, "latencies: estimates"),
-                        FITTED_TUNING.get(name, Tuning()))
+                        FITTED_TUNING.get(name, Tuning()), channels)
 
 
 def dgx_a100() -> NodeTemplate:
@@ -145,7 +152,8 @@ def pcie_4gpu() -> NodeTemplate:
     description = ("4x GPU on PCIe Gen4, no NVLink (A100 PCIe 40GB figures): two PCIe switches with 2 GPUs + 1 NIC "
                    "each under one host bridge; 2x 200 Gb/s NICs (25 GB/s line, 24 effective)")
     return NodeTemplate("pcie-4gpu", description, A100_PCIE, vertices, tuple(gpus), tuple(links), tuple(nics),
-                        (0, 0, 1, 1), HDR_NIC, NIC_LAT, False, (_NCCL, _REF, "latencies: estimates"))
+                        (0, 0, 1, 1), HDR_NIC, NIC_LAT, False, (_NCCL, _REF, "latencies: estimates"),
+                        nccl_channels=(2, 2 * len(nics)))
 
 
 def cpu_host(ranks_per_node: int = 4, host_bandwidth: float | None = None) -> NodeTemplate:
@@ -259,12 +267,13 @@ def apply_overrides(t: NodeTemplate, overrides: dict[str, float]) -> NodeTemplat
 def build_cluster(preset: str = "hgx-h100", nodes: int = 1, fabric: str | None = None,
                   ranks_per_node: int | None = None, overrides: dict[str, float] | None = None,
                   fabric_options: dict[str, Any] | None = None, *, params: dict[str, Any] | None = None,
-                  tuning: Tuning | None = None) -> Cluster:
+                  tuning: Tuning | None = None, tuning_changes: dict[str, Any] | None = None) -> Cluster:
     """`nodes` copies of a preset joined by `fabric` (the preset's default when None).
 
     `preset` may also be a calibration profile file (.yaml/.yml/.json, written by `simcomm calibrate`): its
     preset, builder params, overrides and tuning apply first; explicit arguments here win. `params` are the
-    preset builder's parameters (see Preset.params); `tuning` replaces the template's software figures."""
+    preset builder's parameters (see Preset.params); `tuning` replaces the template's software figures;
+    `tuning_changes` then sets some of its fields (e.g. {"interference": False})."""
     from .profile import is_profile, load_profile
     builder_params: dict = dict(params or {})
     label = "tuned" if tuning is not None or params else None
@@ -293,6 +302,8 @@ def build_cluster(preset: str = "hgx-h100", nodes: int = 1, fabric: str | None =
     template = p.builder(**params, **builder_params)
     if tuning is not None:
         template = dataclasses.replace(template, tuning=tuning)
+    if tuning_changes:
+        template = dataclasses.replace(template, tuning=dataclasses.replace(template.tuning, **tuning_changes))
     if ranks_per_node is not None and len(template.endpoints) != ranks_per_node:
         raise HardwareError(f"preset {p.name} has a fixed {len(template.endpoints)} ranks per node; "
                             f"ranks_per_node={ranks_per_node} is not allowed")

@@ -85,13 +85,22 @@ def load_profile(path) -> Profile:
     overrides = {k: _number(str(path), f"overrides.{k}", v, _kind(k)) for k, v in sections["overrides"].items()}
     t = sections["tuning"]
     unknown = sorted(set(t) - {"launch_overhead", "step_overhead", "chunk_overhead", "first_touch_rate",
-                               "efficiency", "sources", "cores"})
+                               "efficiency", "sources", "cores", "interference", "min_channels", "max_channels"})
     if unknown:
         raise HardwareError(f"{path}: tuning: unknown key(s) {', '.join(unknown)}; expected launch_overhead, "
-                            f"step_overhead, chunk_overhead, first_touch_rate, efficiency, cores, sources")
+                            f"step_overhead, chunk_overhead, first_touch_rate, efficiency, cores, interference, "
+                            f"min_channels, max_channels, sources")
     cores = t.get("cores", 0)
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
         raise HardwareError(f"{path}: tuning.cores: expected a whole number >= 0, got {cores!r}")
+    interference = t.get("interference", True)
+    if not isinstance(interference, bool):
+        raise HardwareError(f"{path}: tuning.interference: expected true or false, got {interference!r}")
+    channels = {k: t.get(k, 0) for k in ("min_channels", "max_channels")}
+    for k, v in channels.items():
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 64:
+            raise HardwareError(f"{path}: tuning.{k}: expected a whole number from 0 (NCCL's default) to 64, "
+                                f"got {v!r}")
     eff = t.get("efficiency") or {}
     if not isinstance(eff, dict):
         raise HardwareError(f"{path}: tuning.efficiency: expected a mapping of family or protocol to a factor")
@@ -101,7 +110,8 @@ def load_profile(path) -> Profile:
                           for k, v in sorted(eff.items())),
                     tuple(t.get("sources") or ()) + (f"profile {p.name}",), cores,
                     _number(str(path), "tuning.chunk_overhead", t.get("chunk_overhead", 0.0), "bytes"),
-                    _number(str(path), "tuning.first_touch_rate", t.get("first_touch_rate", 0.0), "rate"))
+                    _number(str(path), "tuning.first_touch_rate", t.get("first_touch_rate", 0.0), "rate"),
+                    interference, **channels)
     return Profile(p.stem, doc["preset"], params, overrides, tuning, sections["fit"])
 
 
@@ -113,6 +123,8 @@ def write_profile(path, preset: str, *, params=None, overrides=None, tuning: Tun
            "tuning": {"launch_overhead": t.launch_overhead, "step_overhead": t.step_overhead,
                       **({"chunk_overhead": t.chunk_overhead} if t.chunk_overhead else {}),
                       **({"first_touch_rate": t.first_touch_rate} if t.first_touch_rate else {}),
+                      **({"interference": False} if not t.interference else {}),
+                      **{k: getattr(t, k) for k in ("min_channels", "max_channels") if getattr(t, k)},
                       "efficiency": dict(t.efficiency), "cores": t.cores, "sources": list(t.sources)},
            "fit": fit or {}}
     p = Path(path)

@@ -1,28 +1,36 @@
-"""How long a GPU takes for a GEMM, a flash-attention pass and a memory-bound op: models FITTED to measurements.
+"""How long a GPU takes for a GEMM, a grouped GEMM, an attention pass and a memory-bound op, by precision: models
+FITTED to measurements (data in calibration.py; compute_fit.py fits them and states the errors; docs/training.md).
 
-GEMM (M x K) @ (K x N), 2MNK FLOPs:  t = t0 + 2MNK / (peak * eff),  eff = e_max * s(M/c) * s(N/c) * s(K/k0),
-s(x) = x / (1 + x), symmetric in M and N (a product and its transpose cost the same). Four parameters, fitted
-(least squares on log time, Levenberg-Marquardt) to the 85 bf16 shapes measured on an H100 (calibration.py): the
-rate depends on all three dimensions and saturates at e_max for large ones; t0 absorbs launch cost and the poor
-utilisation of small products. Error on the measured points: `gemm_fit_error()` (mean |error| 6.7%, worst 21%,
-at 1024^3); operand layout (NN/TN/NT, up to ~20% apart in the measurements) is not modelled.
+GEMM (M x K) @ (K x N) in precision p (bf16, fp16, tf32, fp32 on CUDA cores, fp8), on a queued stream: a roofline
+with a smooth corner,  t = t0 + (tc^q + tm^q)^(1/q),
+    tc = 2MNK / (989.4 TF x e_p x K / (K + k0_p))          (compute; e_p, k0_p per precision, fp16 = bf16 x 0.977)
+    tm = (a_p (MK + NK) + o_p MN) / (beta x HBM rate)      (memory; a_p, o_p operand and output bytes per element)
+Thin products (an expert's few tokens) are bound by reading the weights, large ones by the tensor cores; TF32 is
+never slower than fp32 (cuBLAS takes the faster kernel). Fitted jointly to every measured GEMM table (85 bf16 H100
+shapes; fp32/TF32/fp16/bf16 on an H100 and an H200; thin and expert-shaped bf16 GEMMs, M = 16..8192; FP8), each
+campaign's lone-call overhead and kernel speed fitted beside it; the rates are the reference campaign's (the 85
+shapes'); t0 is a kernel's launch cost on a queued stream, from kernels timed back to back. Operand layout
+(NN/TN/NT) and wave quantisation are not modelled: there is no notion of tiles.
 
-Flash attention (causal): the same form with the work as b * heads * s (parallelism) and s (tile length), fitted
-to the forward; the backward (2.5x the forward's FLOPs) shares its parallelism constant and launch cost and fits
-its own e_max and sequence constant (`attention_fit_error()`: forward mean |error| 4%, backward 18%, dominated by
-two rows at s=2048 where b=2 x 12 heads runs at half the rate of b=1; the model does not follow them).
+Grouped GEMM (G experts in one launch, as torch._grouped_mm or Transformer Engine's grouped GEMM): each expert
+that received tokens costs its roofline, its rows padded to 128-row tiles and its compute at gamma of one GEMM's
+rate; the launch costs their sum plus one t0 (the kernel walks the groups in order: a busy expert's compute does
+not hide the others' weight reads).
 
-Memory-bound ops: bytes / (HBM rate * efficiency of the op class) + a launch cost, per class (norm, elementwise,
-softmax) fitted to the measured layernorm/gelu/softmax rows (`memory_fit_error()`: worst 7%, 1% and 41%; the
-softmax rate depends on the row length, which the model ignores); the HBM rate is the simulated device's.
+Attention (fused, causal): bf16 flash attention t = t0 + F / (peak x e s(b h s / w0) s(s / s0)), s(x) = x/(1+x),
+forward and backward (2.5x the forward's FLOPs) fitted to the H100's rows; fp16 and fp32 (SDPA's memory-efficient
+kernel on CUDA cores, ~11x bf16's time) at their measured rate relative to bf16.
 
-Range: the measured GEMMs have M, N >= 1024; the fit barely constrains the rate of thinner products (M or N of a
-few hundred), which it likely overestimates.
+Memory-bound ops: t0 + bytes / (HBM rate x efficiency of the op class x factor): the efficiency fitted per class
+(norm, elementwise, softmax) on the H100's bf16 rows; the factor, the class's measured rate on the GPU in the
+activations' dtype relative to the H100's bf16 (fp32 softmax streams ~1.85x the bytes per second: its time goes
+with elements). Callers give bytes at the element size.
 
-Other GPUs (extrapolated, not measured here): GEMM and attention rates scale by the ratio of the GPU's best-shape
-matmul rate (MAMF, stas00/ml-engineering) to the H100's; A100 (108 SMs) saturates at smaller shapes (c scaled
-by sqrt(108/132)); H200 has the H100's compute (same GEMM model) and its own HBM rate. FP8 GEMMs scale
-by the FP8/BF16 MAMF ratio; attention stays bf16. MFU uses the nominal dense bf16 peak of `GpuFigures`.
+GPUs: the H100 and H200 are measured; the H200's tensor cores are the H100's (one GEMM model), its HBM rate (4.3
+TB/s against 3.0) speeds thin GEMMs and memory-bound work. Others are extrapolated: GEMM and attention rates scale
+by the GPU's best-shape matmul rate (MAMF, stas00/ml-engineering) over the H100's (A100: 0.34; its attention's
+parallelism constant by sqrt(108/132 SMs)), memory-bound work by its HBM rate. MFU uses the nominal dense bf16
+peak of `GpuFigures` whatever the precision.
 """
 from __future__ import annotations
 
@@ -33,7 +41,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import SimcommError
-from .calibration import ATTENTION_US, COPY, GEMM_US, H100_BF16_PEAK, H100_SMS, MEMORY_OP_US
+from .calibration import H100_BF16_PEAK, H100_SMS
 
 
 @dataclass(frozen=True)
@@ -46,164 +54,91 @@ class GpuFigures:
     sms: int
     mamf_bf16: float  # maximum achievable matmul flop/s (best shape, brute force)
     mamf_fp8: float
+    measured: str = ""  # the calibration tables' name for it (H100, H200), "" when extrapolated
 
 
-H100 = GpuFigures("H100 SXM", H100_BF16_PEAK, 1979e12, H100_SMS, 794.5e12, 1402.6e12)
+H100 = GpuFigures("H100 SXM", H100_BF16_PEAK, 1979e12, H100_SMS, 794.5e12, 1402.6e12, "H100")
 GPUS: dict[str, GpuFigures] = {
     "H100-SXM5-80GB": H100,
-    "H200-SXM-141GB": GpuFigures("H200 SXM", H100_BF16_PEAK, 1979e12, 132, 794.5e12, 1453.4e12),
+    "H200-SXM-141GB": GpuFigures("H200 SXM", H100_BF16_PEAK, 1979e12, 132, 794.5e12, 1453.4e12, "H200"),
     "A100-SXM4-80GB": GpuFigures("A100 SXM", 312e12, 0.0, 108, 271.2e12, 0.0),
     # A100 PCIe: the SXM part's tensor cores at a lower power limit; no MAMF figure, the SXM one is used.
     "A100-PCIe-40GB": GpuFigures("A100 PCIe", 312e12, 0.0, 108, 271.2e12, 0.0),
 }
+HBM_PRESET = {"H100": 3.0e12, "H200": 4.3e12}  # the presets' memory_bandwidth (hardware/presets.py)
+
+# Precisions: a training's (its activations, attention and memory-bound ops; its GEMMs unless fp8) and a GEMM's.
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
+GEMM_PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp8")
+GEMM_BYTES = {"bf16": (2, 2), "fp16": (2, 2), "tf32": (4, 4), "fp32": (4, 4), "fp8": (1, 2)}  # operand, output
+ACTIVATION = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32", "fp32": "fp32"}  # TF32 is a GEMM mode of fp32
+GROUPED_TILE_ROWS = 128  # a grouped kernel's tile height: each expert's tokens are padded to a multiple
+MEMORY_CLASSES = {"layernorm": "norm", "rmsnorm": "norm", "gelu": "elementwise", "softmax": "softmax"}
 
 
 def _sat(x):
     return x / (1.0 + x)
 
 
-# ---- fitting ---------------------------------------------------------------------------------------------------
-def levenberg_marquardt(residuals, p0, iterations: int = 200) -> np.ndarray:
-    """Minimise sum(residuals(theta)^2) from p0 (deterministic; numeric Jacobian)."""
-    theta = np.asarray(p0, dtype=float)
-    r = residuals(theta)
-    cost, lam = float(r @ r), 1e-3
-    for _ in range(iterations):
-        jac = np.empty((len(r), len(theta)))
-        for j in range(len(theta)):
-            step = np.zeros_like(theta)
-            step[j] = 1e-6
-            jac[:, j] = (residuals(theta + step) - r) / 1e-6
-        a, g = jac.T @ jac, jac.T @ r
-        improved = False
-        while lam < 1e12:
-            delta = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -g)
-            r_new = residuals(theta + delta)
-            c_new = float(r_new @ r_new)
-            if c_new < cost:
-                theta, r, lam, improved = theta + delta, r_new, lam / 3, True
-                break
-            lam *= 4
-        if not improved or abs(cost - c_new) < 1e-14 * max(cost, 1e-30):
-            cost = min(cost, c_new)
-            break
-        cost = c_new
-    return theta
+def _roofline(params: dict, precision: str, m_compute, m_memory, n, k, hbm, rate_scale: float, gamma: float = 1.0):
+    """(m x k) @ (k x n)'s seconds less t0: compute on m_compute rows at gamma of the fitted rate, memory for
+    m_memory rows, joined by the fitted corner."""
+    e, k0 = params["precision"][precision]
+    a, o = GEMM_BYTES[precision]
+    tc = 2.0 * m_compute * n * k / (H100_BF16_PEAK * rate_scale * gamma * e * k / (k + k0))
+    tm = (a * (m_memory * k + n * k) + o * m_memory * n) / (params["beta"] * hbm)
+    q = params["q"]
+    return (tc ** q + tm ** q) ** (1.0 / q)
 
 
-def gemm_time_h100(params, m, n, k):
-    """Seconds for (m x k) @ (k x n) on the H100 with fitted (e_max, c, k0, t0)."""
-    e_max, c, k0, t0 = params
-    eff = e_max * _sat(m / c) * _sat(n / c) * _sat(k / k0)
-    return t0 + 2.0 * m * n * k / (H100_BF16_PEAK * eff)
+def gemm_core(params: dict, precision: str, m, n, k, hbm, rate_scale: float = 1.0):
+    """Seconds of a GEMM on a queued stream less the launch cost t0 (arrays welcome). TF32 is an allowance, not
+    an obligation: never slower than fp32 on CUDA cores (cuBLAS takes the faster kernel)."""
+    t = _roofline(params, precision, m, m, n, k, hbm, rate_scale)
+    return np.minimum(t, _roofline(params, "fp32", m, m, n, k, hbm, rate_scale)) if precision == "tf32" else t
 
 
-def fit_gemm(rows=GEMM_US) -> tuple[float, ...]:
-    """Fit (e_max, c, k0, t0) to (M, N, K, us) rows, least squares on log time."""
-    a = np.asarray(rows, dtype=float)
-    m, n, k, t = a[:, 0], a[:, 1], a[:, 2], a[:, 3] * 1e-6
-
-    def res(theta):
-        return np.log(gemm_time_h100(np.exp(theta), m, n, k) / t)
-    theta = levenberg_marquardt(res, np.log([0.76, 50.0, 240.0, 2.7e-5]))
-    return tuple(float(x) for x in np.exp(theta))
+def grouped_core(params: dict, gamma: float, precision: str, tokens: np.ndarray, n, k, hbm,
+                 rate_scale: float = 1.0, wgrad: bool = False) -> float:
+    """Seconds of a grouped GEMM less t0: per expert with tokens, its roofline with its rows padded to the tile
+    height (wgrad: its tokens are the contraction, (k x T) @ (T x n)) and its compute at gamma of one GEMM's rate;
+    summed."""
+    t = tokens[tokens > 0]
+    if wgrad:
+        return float(np.sum(_roofline(params, precision, k, k, n, t, hbm, rate_scale, gamma)))
+    padded = np.ceil(t / GROUPED_TILE_ROWS) * GROUPED_TILE_ROWS
+    return float(np.sum(_roofline(params, precision, padded, t, n, k, hbm, rate_scale, gamma)))
 
 
 def attention_time_h100(params, work, s, flops):
-    """Seconds for `flops` of flash attention over `work` = b * heads * s rows and sequence s."""
+    """Seconds for `flops` of bf16 flash attention over `work` = b * heads * s rows and sequence s."""
     e, w0, s0, t0 = params
     return t0 + flops / (H100_BF16_PEAK * e * _sat(work / w0) * _sat(s / s0))
 
 
-def _attention_rows():
-    a = np.asarray(ATTENTION_US, dtype=float)
-    b, hq, s, d = a[:, 0], a[:, 1], a[:, 3], a[:, 4]
-    fwd_flops = 4 * b * hq * s * s * d / 2
-    return b * hq * s, s, fwd_flops, a[:, 5] * 1e-6, (a[:, 6] - a[:, 5]) * 1e-6
-
-
-def fit_attention() -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(forward params, backward params) of the flash-attention model (backward FLOPs = 2.5x forward)."""
-    work, s, fl, tf, tb = _attention_rows()
-    theta = levenberg_marquardt(lambda th: np.log(attention_time_h100(np.exp(th), work, s, fl) / tf),
-                                np.log([0.79, 3.2e4, 1.8e3, 4e-6]))
-    e, w0, s0, t0 = np.exp(theta)
-
-    def backward(th):
-        eb, sb = np.exp(th)
-        return np.log(attention_time_h100((eb, w0, sb, t0), work, s, 2.5 * fl) / tb)
-    eb, sb = np.exp(levenberg_marquardt(backward, np.log([0.6, 2e3])))
-    return (float(e), float(w0), float(s0), float(t0)), (float(eb), float(w0), float(sb), float(t0))
-
-
-MEMORY_CLASSES = {"layernorm": "norm", "gelu": "elementwise", "softmax": "softmax"}
-
-
-def fit_memory_ops() -> dict[str, tuple[float, float]]:
-    """Per op class (norm, elementwise, softmax): (efficiency vs the copy rate, launch seconds), linear least
-    squares of time on bytes over the measured rows; the copy rate is the measured 3.0 TB/s."""
-    copy_rate = 2 * COPY[1][0] / (COPY[1][1] * 1e-6)  # a copy reads and writes every byte
-    out = {}
-    for measured, cls in MEMORY_CLASSES.items():
-        rows = [(2.0 * 2 * tok * hid, us * 1e-6) for op, tok, hid, us in MEMORY_OP_US if op == measured]
-        x, y = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
-        slope, icpt = np.polyfit(x, y, 1)
-        if icpt < 0:  # a launch cost cannot be negative: fit through the origin instead
-            slope, icpt = float(x @ y / (x @ x)), 0.0
-        out[cls] = (float(1.0 / (slope * copy_rate)), float(icpt))
-    return out
-
-
-# The fit's result (`refit()` reproduces it from calibration.py; a test checks they agree), kept as constants so a
-# run does not pay for the fit.
+# The fit's result (`compute_fit.refit()` reproduces it from calibration.py; a test checks they agree), kept as
+# constants so a run does not pay for the fit.
 FITTED = {
-    "gemm": (0.744463, 12.6358, 208.344, 2.75497e-05),  # e_max, c, k0, t0
+    # per precision (e, k0); beta, q; t0: the launch cost queued; each campaign's lone-call overhead and speed
+    "gemm": {"precision": {"bf16": (0.722356, 69.2981), "fp16": (0.705591, 69.2981), "tf32": (0.364068, 393.78),
+                           "fp32": (0.0443437, 0.0), "fp8": (1.2161, 0.0)},
+             "beta": 0.840286, "q": 2.52278, "t0": 6.62701e-06,
+             "overhead": {"h100-measured": 2.08371e-05, "2026-11-26": 8.95588e-06, "h200-moe": 1.79619e-05,
+                          "queue-run": 2.06646e-05},
+             "speed": {"h100-measured": 1.0, "2026-11-26": 1.10637, "h200-moe": 1.08341, "queue-run": 1.18295}},
+    "grouped": {"gamma": 0.893933, "overhead": {"h200-moe": 2.65428e-05, "queue-run": 3.17921e-05}},
     "attention_forward": (0.799231, 34592.4, 1871.47, 1.24203e-21),  # e_max, w0, s0, t0
     "attention_backward": (0.868432, 34592.4, 5197.46, 1.24203e-21),
-    "memory": {"norm": (0.563489, 1.24167e-05), "elementwise": (0.930177, 1.23119e-05), "softmax": (0.342179, 0)},  # efficiency, launch s
+    "attention_precision": {"bf16": (1.0, 1.0), "fp16": (0.969863, 0.991586), "fp32": (0.0893741, 0.0891024)},
+    "memory": {"norm": (0.563489, 1.24167e-05), "elementwise": (0.930177, 1.23119e-05), "softmax": (0.342179, 0.0)},
+    "memory_factor": {  # gpu -> op class -> activation precision -> rate factor
+        "H100": {"elementwise": {"bf16": 1.0, "fp16": 1.0, "fp32": 1.0},
+                 "norm": {"bf16": 1.0, "fp16": 1.0, "fp32": 1.0563},
+                 "softmax": {"bf16": 1.0, "fp16": 1.0, "fp32": 1.85255}},
+        "H200": {"elementwise": {"bf16": 1.0, "fp16": 1.0, "fp32": 1.0},
+                 "norm": {"bf16": 0.869443, "fp16": 0.869443, "fp32": 0.984045},
+                 "softmax": {"bf16": 0.685738, "fp16": 0.685738, "fp32": 1.30329}}},
 }
-
-
-def refit() -> dict:
-    """All fitted parameters, computed from the measurements (deterministic)."""
-    fwd, bwd = fit_attention()
-    return {"gemm": fit_gemm(), "attention_forward": fwd, "attention_backward": bwd, "memory": fit_memory_ops()}
-
-
-def fitted() -> dict:
-    return FITTED
-
-
-def gemm_fit_error() -> dict:
-    """Relative error of the fitted GEMM model on the measured shapes: mean |e|, max |e|, and the worst shape."""
-    a = np.asarray(GEMM_US, dtype=float)
-    pred = gemm_time_h100(fitted()["gemm"], a[:, 0], a[:, 1], a[:, 2])
-    err = pred / (a[:, 3] * 1e-6) - 1
-    worst = int(np.argmax(np.abs(err)))
-    return {"points": len(a), "mean_abs": float(np.mean(np.abs(err))), "max_abs": float(np.max(np.abs(err))),
-            "worst_shape": tuple(int(x) for x in a[worst, :3]), "errors": err}
-
-
-def memory_fit_error() -> dict[str, float]:
-    """Worst relative error of the memory-bound model per op class on the measured rows."""
-    copy_rate = 2 * COPY[1][0] / (COPY[1][1] * 1e-6)
-    out: dict[str, float] = {}
-    for op, tok, hid, us in MEMORY_OP_US:
-        cls = MEMORY_CLASSES[op]
-        eff, t0 = fitted()["memory"][cls]
-        err = abs((t0 + 4.0 * tok * hid / (copy_rate * eff)) / (us * 1e-6) - 1)
-        out[cls] = max(out.get(cls, 0.0), err)
-    return out
-
-
-def attention_fit_error() -> dict:
-    work, s, fl, tf, tb = _attention_rows()
-    p = fitted()
-    ef = attention_time_h100(p["attention_forward"], work, s, fl) / tf - 1
-    eb = attention_time_h100(p["attention_backward"], work, s, 2.5 * fl) / tb - 1
-    return {"points": len(tf), "forward_mean_abs": float(np.mean(np.abs(ef))),
-            "forward_max_abs": float(np.max(np.abs(ef))), "backward_mean_abs": float(np.mean(np.abs(eb))),
-            "backward_max_abs": float(np.max(np.abs(eb)))}
 
 
 # ---- the model for one device ----------------------------------------------------------------------------------
@@ -211,38 +146,35 @@ class ComputeModel:
     """Seconds for the kernels of a training step on one simulated device.
 
     device: the cluster's DeviceSpec (its name picks GpuFigures; its memory_bandwidth is the HBM rate);
-    fp8: GEMMs at the FP8 rate. A device not in GPUS (a CPU process, an overridden figure) is modelled as an
-    H100 scaled by compute_rate / 790 TFLOP/s (the H100 preset's measured figure), and says so in `note`.
+    precision: the training's, bf16 | fp16 | tf32 | fp32 (fp32 with TF32 GEMMs is tf32): its GEMMs, attention and
+    memory-bound ops; fp8: GEMMs in FP8 (Transformer Engine), the rest in `precision`. `gemm` and `grouped_gemm`
+    take another GEMM precision when asked. A device not in GPUS (a CPU process, an overridden figure) is
+    modelled as an H100 scaled by compute_rate / 790 TFLOP/s (the H100 preset's measured figure), and says so in
+    `note`.
     """
 
     H100_PRESET_RATE = 790e12
 
-    def __init__(self, device, fp8: bool = False):
+    def __init__(self, device, precision: str = "bf16", fp8: bool = False):
+        if precision not in PRECISIONS:
+            raise SimcommError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.device = device
-        known = GPUS.get(device.name)
-        self.note = ""
-        if known is None:
-            scale = device.compute_rate / self.H100_PRESET_RATE
-            known = GpuFigures(device.name, device.compute_rate, 2 * device.compute_rate, H100_SMS,
-                               H100.mamf_bf16 * scale, H100.mamf_fp8 * scale)
-            self.note = (f"{device.name} has no measured GPU figures: its GEMM and attention rates are the H100's "
-                         f"scaled by {scale:.3g} (compute_rate / 790 TFLOP/s) and its peak is its compute_rate")
-        elif device.compute_rate != _preset_rate(device.name):
-            scale = device.compute_rate / _preset_rate(device.name)
-            known = GpuFigures(known.name, known.bf16_peak * scale, known.fp8_peak * scale, known.sms,
-                               known.mamf_bf16 * scale, known.mamf_fp8 * scale)
-            self.note = f"compute_rate overridden: GEMM, attention and peak rates scaled by {scale:.3g}"
-        self.gpu = known
-        if fp8 and not known.mamf_fp8:
-            raise SimcommError(f"{known.name} has no FP8 tensor cores; fp8 training needs an H100 or H200")
-        self.fp8 = fp8
-        p = fitted()
-        self._gemm = p["gemm"]
-        self._att_f, self._att_b = p["attention_forward"], p["attention_backward"]
-        self._mem = p["memory"]
-        self.rate_scale = known.mamf_bf16 / H100.mamf_bf16
-        self.gemm_scale = self.rate_scale * (known.mamf_fp8 / known.mamf_bf16 if fp8 else 1.0)
-        self.shape_scale = math.sqrt(known.sms / H100_SMS)
+        self.gpu, self.note = _figures(device)
+        if fp8 and not self.gpu.mamf_fp8:
+            raise SimcommError(f"{self.gpu.name} has no FP8 tensor cores; fp8 training needs an H100 or H200")
+        self.precision, self.fp8 = precision, fp8
+        self.gemm_precision = "fp8" if fp8 else precision
+        self.key = (precision, fp8)  # what kernel times depend on besides the device
+        p = FITTED
+        self._gemm, self._grouped = p["gemm"], p["grouped"]
+        act = ACTIVATION[precision]
+        f, b = p["attention_precision"][act]
+        self._att_f = _scaled(p["attention_forward"], f)
+        self._att_b = _scaled(p["attention_backward"], b)
+        measured = p["memory_factor"].get(self.gpu.measured or "H100", {})
+        self._mem = {cls: (eff * measured.get(cls, {}).get(act, 1.0), t0) for cls, (eff, t0) in p["memory"].items()}
+        self.rate_scale = self.gpu.mamf_bf16 / H100.mamf_bf16
+        self.shape_scale = math.sqrt(self.gpu.sms / H100_SMS)
         self.hbm = device.memory_bandwidth
 
     @property
@@ -250,14 +182,35 @@ class ComputeModel:
         """Nominal dense bf16 flop/s (the MFU and HFU denominator)."""
         return self.gpu.bf16_peak
 
-    def gemm(self, m: float, n: float, k: float) -> float:
-        """Seconds for (m x k) @ (k x n)."""
+    def _gemm_precision(self, precision: str | None) -> str:
+        p = self.gemm_precision if precision is None else precision
+        if p not in GEMM_PRECISIONS:
+            raise SimcommError(f"GEMM precision must be one of {', '.join(GEMM_PRECISIONS)}, got {p!r}")
+        if p == "fp8" and not self.gpu.mamf_fp8:
+            raise SimcommError(f"{self.gpu.name} has no FP8 tensor cores")
+        return p
+
+    def gemm(self, m: float, n: float, k: float, precision: str | None = None) -> float:
+        """Seconds for (m x k) @ (k x n) on a queued stream, in the model's GEMM precision unless given."""
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
-        e_max, c, k0, t0 = self._gemm
-        c = c * self.shape_scale
-        eff = e_max * _sat(m / c) * _sat(n / c) * _sat(k / k0)
-        return t0 + 2.0 * m * n * k / (H100_BF16_PEAK * eff * self.gemm_scale)
+        p = self._gemm_precision(precision)
+        return self._gemm["t0"] + float(gemm_core(self._gemm, p, m, n, k, self.hbm, self.rate_scale))
+
+    def grouped_gemm(self, tokens_per_expert, n: float, k: float, precision: str | None = None,
+                     wgrad: bool = False) -> float:
+        """Seconds for one grouped GEMM (one launch): expert i multiplies its tokens_per_expert[i] x k rows by its
+        own k x n weight (experts with no tokens cost nothing); never less than the busiest expert's GEMM. The
+        backward: dgrad is grouped_gemm(tokens, k, n); wgrad=True is each expert's (k x T_i) @ (T_i x n), the
+        tokens contracted (extrapolated: only forward grouped GEMMs were measured)."""
+        tokens = np.asarray(tokens_per_expert, dtype=float).reshape(-1)
+        if not np.all(np.isfinite(tokens)) or np.any(tokens < 0):
+            raise SimcommError(f"tokens_per_expert must be finite and >= 0, got {tokens_per_expert!r}")
+        if n <= 0 or k <= 0 or not np.any(tokens > 0):
+            return 0.0
+        p = self._gemm_precision(precision)
+        return self._gemm["t0"] + grouped_core(self._gemm, self._grouped["gamma"], p, tokens, n, k, self.hbm,
+                                               self.rate_scale, wgrad)
 
     def _attention(self, params, batch_heads: float, sq: float, flops: float) -> float:
         e, w0, s0, t0 = params
@@ -266,19 +219,43 @@ class ComputeModel:
                              * _sat(sq / s0))
 
     def attention_forward(self, batch_heads: float, sq: float, flops: float) -> float:
-        """Seconds for a flash-attention forward of `flops` over batch_heads = b * query heads and sq queries."""
+        """Seconds for a fused causal attention forward of `flops` over batch_heads = b * query heads and sq
+        queries (flash in bf16/fp16; in fp32 the memory-efficient kernel)."""
         return self._attention(self._att_f, batch_heads, sq, flops) if flops > 0 else 0.0
 
     def attention_backward(self, batch_heads: float, sq: float, flops: float) -> float:
-        """Seconds for the flash-attention backward (`flops` = 2.5x the forward's, as the kernel recomputes)."""
+        """Seconds for the fused attention backward (`flops` = 2.5x the forward's, as the kernel recomputes)."""
         return self._attention(self._att_b, batch_heads, sq, flops) if flops > 0 else 0.0
 
     def memory(self, nbytes: float, op_class: str = "elementwise") -> float:
-        """Seconds to stream `nbytes` (reads plus writes) for an op of class norm, elementwise or softmax."""
+        """Seconds to stream `nbytes` (reads plus writes, at the activations' element size) for an op of class
+        norm, elementwise or softmax."""
         if nbytes <= 0:
             return 0.0
         eff, t0 = self._mem[op_class]
         return t0 + nbytes / (self.hbm * eff)
+
+
+def _scaled(params, factor: float) -> tuple:
+    e, *rest = params
+    return (e * factor, *rest)
+
+
+def _figures(device) -> tuple[GpuFigures, str]:
+    """The device's GpuFigures and a note when they are extrapolated or scaled."""
+    known = GPUS.get(device.name)
+    if known is None:
+        scale = device.compute_rate / ComputeModel.H100_PRESET_RATE
+        figures = GpuFigures(device.name, device.compute_rate, 2 * device.compute_rate, H100_SMS,
+                             H100.mamf_bf16 * scale, H100.mamf_fp8 * scale)
+        return figures, (f"{device.name} has no measured GPU figures: its GEMM and attention rates are the H100's "
+                         f"scaled by {scale:.3g} (compute_rate / 790 TFLOP/s) and its peak is its compute_rate")
+    if device.compute_rate != _preset_rate(device.name):
+        scale = device.compute_rate / _preset_rate(device.name)
+        figures = GpuFigures(known.name, known.bf16_peak * scale, known.fp8_peak * scale, known.sms,
+                             known.mamf_bf16 * scale, known.mamf_fp8 * scale, known.measured)
+        return figures, f"compute_rate overridden: GEMM, attention and peak rates scaled by {scale:.3g}"
+    return known, ""
 
 
 @lru_cache(maxsize=None)

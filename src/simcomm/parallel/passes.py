@@ -81,13 +81,14 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
         if layout.has_embedding(rank, chunk):
             seq.append((-1, t["embedding.backward"], "backward", params["embedding"]))
     parts, at = [], 0.0
-    breakdown = {k: 0.0 for k in PHASES + ("tp", "cp")}
+    breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "interference")}
     for layer, tpl, ph, p in seq:
         parts.append(Part(layer, tpl, ph, p, at))
         at += tpl.duration
         breakdown[ph] += tpl.compute
         for axis, v in tpl.exposed.items():
             breakdown[axis] += v
+        breakdown["interference"] += tpl.interference
     return Pass(tuple(parts), at, breakdown)
 
 

@@ -145,7 +145,7 @@ def schedule_key(c: Candidate) -> tuple:
 
 def _kernel_templates(sim: StepModel) -> dict[str, Template]:
     """Each program as a template of its kernels alone: the compute stream's seconds, no communication."""
-    key = (sim.shape, sim.cm.fp8)
+    key = (sim.shape, sim.cm.key)
     if key not in _STATE["kernels"]:
         out = {}
         for name, program in PROGRAMS.items():
@@ -159,7 +159,7 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
 def _kernel_seconds(sim: StepModel, rank: int, chunk: int, phase: str) -> float:
     """A pass's kernels' seconds (no communication), by what they depend on: shared by many layouts."""
     L, cfg = sim.layout, sim.cfg
-    key = (sim.shape, sim.cm.fp8, phase, len(L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
+    key = (sim.shape, sim.cm.key, phase, len(L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
            L.has_output(rank, chunk), cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers)
     if key not in _STATE["seconds"]:
         _STATE["seconds"][key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration

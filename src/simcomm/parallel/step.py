@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import IDLE_KERNEL, MEMORY_KERNEL, Mix
 from ..engine.trace import Activity
 from ..errors import SimcommError
 from ..session import Session
@@ -38,6 +39,7 @@ from .templates import TemplateRunner
 from .traffic import Traffic
 
 TRACE_BUDGET = 100_000  # layer-level trace records (per-layer blocks and their TP/CP transfers) at most
+OPTIMIZER_MIX = Mix([1.0], [MEMORY_KERNEL])  # Adam: memory-bound
 
 
 class TemplateCache:
@@ -51,14 +53,14 @@ class TemplateCache:
     def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str):
         rpn = self.cluster.ranks_per_node
         local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
-        key = (local, shape, dtype, ideal, cm.fp8, name)
+        key = (local, shape, dtype, ideal, cm.key, name)
         if key not in self._done:
-            rk = (local, stage.shape, dtype, ideal, cm.fp8)
+            rk = (local, stage.shape, dtype, ideal, cm.key)
             runner = self._runners.get(rk)
             if runner is None:
                 runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal)
             program = PROGRAMS[name](shape)
-            self._done[key] = runner.run(name, program)
+            self._done[key] = runner.run(name, program, shape.tp_comm_overlap)
         return self._done[key]
 
 
@@ -90,13 +92,14 @@ class StepModel:
         if self.dims.world_size > cluster.num_ranks:
             raise SimcommError(f"the layout needs {self.dims.world_size} GPUs; {cluster.name} has "
                                f"{cluster.num_ranks}")
-        self.cm = ComputeModel(cluster.device, fp8=self.cfg.fp8_format is not None)
+        self.cm = ComputeModel(cluster.device, self.cfg.precision, fp8=self.cfg.fp8_format is not None)
         self.detail, self.reuse = detail, reuse
         self.templates = templates or TemplateCache(cluster)
         self.check_memory = check_memory
+        self._mixes: dict = {}
         c = self.cfg
         self.shape = ops.LayerShape(layout.model, self.dims.tp, self.dims.cp, c.sp, c.micro_batch_size,
-                                    c.use_flash_attn, c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
+                                    c.flash_attention, c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
 
     # ---- memory ----------------------------------------------------------------------------------------------
     def memory(self) -> list:
@@ -194,7 +197,9 @@ class StepModel:
                 secs = sum(x.template.duration for x in p.parts[i:j])
                 t0 = env.now
                 starts += [t0 + x.offset - p.parts[i].offset for x in p.parts[i:j]]
-                yield session.compute(stage_ranks[r], seconds=secs, tags=tags, label=_label(a, tags))
+                yield session.compute(stage_ranks[r], seconds=secs, tags=tags, label=_label(a, tags),
+                                      kernels=self._mix(p, i, j) if session.sim.interference else None)
+                acc[r]["interference"] += (env.now - t0) - secs  # slowed by communication beside it
                 if cfg.stage == 3 and a.phase != FORWARD:
                     for x, s in zip(p.parts[i:j], starts[i:j]):
                         if x.params:
@@ -291,10 +296,11 @@ class StepModel:
             acc[r]["bubble"] += t - stage_idle_from[r]
             yield from grad_norm()
             acc[r]["dp"] += env.now - t
-            t = env.now
-            yield session.compute(stage_ranks[r], seconds=optimizer_seconds(L, r, self.cm),
-                                  tags={"stage": r, "phase": "optimizer"}, label="optimizer")
-            acc[r]["optimizer"] += env.now - t
+            t, secs = env.now, optimizer_seconds(L, r, self.cm)
+            yield session.compute(stage_ranks[r], seconds=secs, tags={"stage": r, "phase": "optimizer"},
+                                  label="optimizer", kernels=OPTIMIZER_MIX)
+            acc[r]["optimizer"] += secs
+            acc[r]["interference"] += (env.now - t) - secs
             if cfg.stage in (1, 2) and not cfg.overlap_param_gather:
                 t = env.now
                 gl = []
@@ -336,6 +342,24 @@ class StepModel:
         return self._result(step_time, acc, mem, notes, traffic, passes, ends)
 
     # ---- pieces ----------------------------------------------------------------------------------------------
+    def _mix(self, p: Pass, i: int, j: int) -> Mix:
+        """What parts i..j-1 of pass p are made of (their templates' kernels and idle waits), for the engine to
+        slow them by the communication that runs beside them."""
+        key = (id(p), i, j)
+        got = self._mixes.get(key)
+        if got is None:
+            weights, kernels = [], []
+            for x in p.parts[i:j]:
+                mix = x.template.mix
+                if mix is None:
+                    weights.append(x.template.duration)
+                    kernels.append(IDLE_KERNEL)
+                else:
+                    weights.extend((mix.weights * x.template.duration).tolist())
+                    kernels.extend(mix.kernels)
+            got = self._mixes[key] = Mix(weights, kernels) if sum(weights) > 0 else None
+        return got
+
     def _part_dependencies(self, r, a, p: Pass, gathers, dp_op) -> dict[int, list]:
         """Part index -> events it must wait for: the distributed optimizer's parameter gathers before the first
         forward of each chunk, or ZeRO-3's per-layer gathers (issued one part ahead)."""
@@ -463,7 +487,7 @@ class StepModel:
                                    f"{step_time} s")
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
-                          dict(traffic.stats), per_stage, list(ends))
+                          dict(traffic.stats), per_stage, list(ends), self.session.sim.interference)
 
 
 def _label(a, tags) -> str:

@@ -53,6 +53,7 @@ class TrainingConfig:
     bf16: bool = True
     fp16: bool = False
     fp8_format: str | None = None  # hybrid | e4m3
+    tf32: bool = True  # fp32 GEMMs on TF32 tensor cores (no Megatron argument: NGC's PyTorch sets it, see precision)
     accumulate_allreduce_grads_in_fp32: bool | None = None  # None: True with bf16 (Megatron forces it)
     use_flash_attn: bool = True
     world_size: int = 0  # 0: every rank of the cluster
@@ -116,6 +117,19 @@ class TrainingConfig:
     @property
     def act_dtype(self) -> str:
         return "float16" if self.fp16 else ("bfloat16" if self.bf16 else "float32")
+
+    @property
+    def precision(self) -> str:
+        """What the GEMMs, attention and memory-bound ops run in (FP8 GEMMs aside): bf16, fp16, or, with neither,
+        fp32, whose GEMMs take TF32 when `tf32` (NGC's PyTorch containers, which Megatron-LM recommends, set
+        TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1; plain PyTorch's allow_tf32 defaults to False: set tf32 false)."""
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "tf32" if self.tf32 else "fp32"
+
+    @property
+    def flash_attention(self) -> bool:
+        """Fused (flash) attention: asked for and in 16-bit; fp32 has no flash or cuDNN kernel, so Megatron-Core
+        (Transformer Engine's UnfusedDotProductAttention) runs the unfused kernels."""
+        return self.use_flash_attn and (self.bf16 or self.fp16)
 
     @property
     def sp(self) -> bool:

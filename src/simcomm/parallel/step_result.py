@@ -5,7 +5,9 @@ categories add up to the step time): forward, backward and recompute (kernels ru
 stream waiting on tensor- or context-parallel communication), pp (a blocking send in flight, or waiting for an
 activation or gradient whose transfer has started), dp (waiting on gradient reduction, parameter gathers, the
 tied-embedding all-reduce), optimizer, and bubble (idle: waiting for work that has not been produced yet, and
-for the slowest stage at the step's end). The headline breakdown is the mean over stages.
+for the slowest stage at the step's end), and interference (how much longer kernels and communication took for
+sharing the GPU: engine/sharing.py; listed only when it is modelled). The headline breakdown is the mean over
+stages.
 
 MFU = model FLOPs per step / (step time x GPUs x peak); HFU also counts the FLOPs recomputation executes
 (Korthikanti et al. 2022 section 6.3). The model FLOPs formula and the peak are named in the result.
@@ -16,10 +18,10 @@ from dataclasses import dataclass, field
 
 from ..units import format_size
 
-CATEGORIES = ("forward", "backward", "recompute", "tp", "cp", "pp", "dp", "optimizer", "bubble")
+CATEGORIES = ("forward", "backward", "recompute", "tp", "cp", "pp", "dp", "optimizer", "bubble", "interference")
 LABELS = {"forward": "forward", "backward": "backward", "recompute": "recompute", "tp": "exposed TP comm",
           "cp": "exposed CP comm", "pp": "exposed PP comm", "dp": "exposed DP comm", "optimizer": "optimizer",
-          "bubble": "pipeline bubble"}
+          "bubble": "pipeline bubble", "interference": "compute/comm interference"}
 
 
 @dataclass
@@ -39,11 +41,16 @@ class StepResult:
     traffic: dict = field(default_factory=dict)
     passes: dict = field(default_factory=dict)  # per stage: its forward and backward passes' seconds
     finish: list = field(default_factory=list)  # per stage: when its last work (the optimizer, gathers) ended
+    interference: bool = False  # compute and communication shared the GPUs (the breakdown lists its cost)
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        return CATEGORIES if self.interference else CATEGORIES[:-1]
 
     @property
     def breakdown(self) -> dict[str, float]:
         n = len(self.stages)
-        return {k: sum(s[k] for s in self.stages) / n for k in CATEGORIES}
+        return {k: sum(s[k] for s in self.stages) / n for k in self.categories}
 
     @property
     def tflops_per_gpu(self) -> float:
@@ -78,7 +85,8 @@ class StepResult:
             / self.world / 1e12, "mfu": self.mfu, "hfu": self.hfu, "tokens_per_second": self.tokens_per_second,
             "flops_formula": self.formula, "peak_flops_per_gpu": self.peak, "device": self.device,
             "model_flops_per_step": self.model_flops, "hardware_flops_per_step": self.hardware_flops,
-            "breakdown": self.breakdown, "breakdown_per_stage": self.stages,
+            "breakdown": self.breakdown,
+            "breakdown_per_stage": [{k: s[k] for k in self.categories} for s in self.stages],
             "bubble_fraction": self.bubble_fraction,
             "memory": {"peak": worst.peak, "capacity": worst.capacity, "fits": all(m.fits for m in self.memory),
                        "worst_stage": worst.rank, "categories": dict(worst.categories),

@@ -6,6 +6,13 @@ real collectives and sends on the stage's groups of the simulated cluster, besid
 program says. The result, a Template, is the program's duration, what the compute stream did, the communication
 it left exposed (per axis) and every segment's offsets, for the step to replay and the trace to draw.
 
+Compute and communication share the GPU (engine/sharing.py): a kernel beside a TP collective slows as its shape
+says, and the collective's copies slow beside it. With `tp_comm_overlap` the overlapped TP communication is
+Transformer Engine's userbuffers, which hold their own SMs (USERBUFFERS_SMS). A template then also says how much
+longer the program took than it would have without that sharing (`interference`, from a second run without it),
+and what its time is made of (`mix`: kernels and idle waits), so communication beside a replayed layer slows it
+as its kernels would.
+
 Replaying is exact when the groups' links carry nothing else while the layer runs, which holds when TP and CP
 stay inside a node and DP and PP traffic leaves it (step.py checks the links and says when it does not); groups
 on other nodes of the same local layout behave identically (every node is a copy of one template). One Template
@@ -13,12 +20,20 @@ is made per distinct local layout of the stage's groups (nodes of a PCIe box are
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..engine import Mix
+from ..engine import sharing
 from ..session import Session
 from .model.layer_ops import ATTENTION, GEMM, Comm, Kernel, Step
+
+# Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub: "num_sm": 1
+# for the ring-exchange all-gathers, which copy with the copy engines, else 16 with set_sm_margin): Megatron-LM's
+# tp_comm_overlap passes no ub_cfgs, so these hold. Ring exchange: qkv/fc1 forward all-gathers and the
+# proj/fc2 dgrad all-gathers; pipeline (proj, fc2 forward reduce-scatter) and bulk (qkv/fc1 dgrad and wgrad) 16.
+USERBUFFERS_SMS = {"ring_exchange": 1, "pipeline": 16, "bulk": 16}
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,8 @@ class Template:
     exposed: dict[str, float]  # axis -> seconds the compute stream waited on that axis' communication
     flops: float  # formula FLOPs of its kernels on one GPU
     segments: tuple[Segment, ...] = field(repr=False, default=())
+    interference: float = 0.0  # seconds the program took longer for compute and communication sharing the GPU
+    mix: Mix | None = field(repr=False, default=None)  # what its time is made of: kernels and idle waits
 
 
 def kernel_seconds(cm, k: Kernel) -> float:
@@ -52,6 +69,24 @@ def kernel_seconds(cm, k: Kernel) -> float:
         bh, sq, real, which = k.shape
         return cm.attention_forward(bh, sq, real) if which == "forward" else cm.attention_backward(bh, sq, real)
     return cm.memory(*k.shape)
+
+
+def engine_kernel(cm, k: Kernel, seconds: float) -> sharing.Kernel:
+    """The shape the engine slows `k` by (its grid, its share of HBM time)."""
+    if k.kind == GEMM:
+        return sharing.gemm_kernel(*k.shape, seconds=seconds, hbm_rate=cm.hbm)
+    if k.kind == ATTENTION:
+        return sharing.attention_kernel(k.shape[0], k.shape[1])
+    return sharing.MEMORY_KERNEL
+
+
+def userbuffers_sms(c: Comm) -> tuple[int, bool]:
+    """(SMs, whether the GEMM beside is sized around them) of an overlapped TP collective under tp_comm_overlap:
+    ring exchange for the all-gathers feeding a forward GEMM ("qkv.all_gather") or a row-parallel dgrad
+    ("proj.grad_all_gather"), pipeline (forward reduce-scatters) or bulk (the column-parallel backward) else."""
+    if c.collective == "all_gather" and c.name.endswith((".all_gather", ".grad_all_gather")):
+        return USERBUFFERS_SMS["ring_exchange"], False
+    return USERBUFFERS_SMS["pipeline" if c.name.endswith(".reduce_scatter") else "bulk"], True
 
 
 class TemplateRunner:
@@ -67,11 +102,12 @@ class TemplateRunner:
         self.dtype = dtype
         self.ideal = ideal
 
-    def _comm(self, c: Comm, out: list, t0: float):
+    def _comm(self, c: Comm, out: list, t0: float, userbuffers: bool = False):
         s = self.session
         if c.axis == "tp":
-            ops = [s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype, tags={"axis": "tp"})
-                   for row in self.stage]
+            sms, margin = userbuffers_sms(c) if userbuffers else (None, False)
+            ops = [s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype, tags={"axis": "tp"},
+                                sms=sms, sm_margin=margin) for row in self.stage]
             yield s.all_of(ops)
             rec = ops[0].record
             out.append(Segment("tp", ops[0].start - t0, max(o.end for o in ops) - t0, c.name, c.nbytes,
@@ -83,43 +119,65 @@ class TemplateRunner:
             yield op
             out.append(Segment("cp", op.start - t0, op.end - t0, f"{c.name} step {i + 1}", c.nbytes, "p2p"))
 
-    def run(self, name: str, steps: list[Step]) -> Template:
+    def run(self, name: str, steps: list[Step], userbuffers: bool = False) -> Template:
+        """Time `steps`; userbuffers: TP communication beside compute is Transformer Engine's (tp_comm_overlap)."""
+        tpl = self._run(name, steps, userbuffers, None)
+        if not self.session.sim.interference or self.ideal or not any(st.comm and st.compute for st in steps):
+            return tpl  # nothing ran beside anything: the same without sharing
+        alone = self._run(name, steps, userbuffers, False)
+        return replace(tpl, compute=alone.compute, exposed=alone.exposed,
+                       interference=tpl.duration - alone.duration)
+
+    def _run(self, name: str, steps: list[Step], userbuffers: bool, interference: bool | None) -> Template:
         # A fresh simulation from time 0 for every program: its times then do not depend on what ran before
         # (float rounding of absolute clocks), so a template is the same whichever layout asks for it first.
-        s = self.session = Session(self.cluster, detail="steps")
+        s = self.session = Session(self.cluster, detail="steps", interference=interference)
         segments: list[Segment] = []
         exposed: dict[str, float] = {}
         busy = [0.0]
+        parts: list[tuple[float, sharing.Kernel]] = []  # (seconds, kernel) of what the time was spent on
 
         def program():
             t0 = s.now
             for st in steps:
                 start = s.now
                 secs = [kernel_seconds(self.cm, k) for k in st.compute]
-                waits = []
+                shapes = [engine_kernel(self.cm, k, dt) for k, dt in zip(st.compute, secs)]
+                waits, kernels = [], None
                 if secs:
-                    waits.append(s.compute(self.ranks, seconds=sum(secs), tags={"template": name}))
-                    at = start - t0
-                    for k, dt in zip(st.compute, secs):
-                        segments.append(Segment("compute", at, at + dt, k.name))
-                        at += dt
-                    busy[0] += sum(secs)
+                    kernels = s.compute(self.ranks, seconds=sum(secs), kernels=list(zip(secs, shapes)),
+                                        tags={"template": name})
+                    waits.append(kernels)
                 comm = [c for c in st.comm if not self.ideal]
                 if comm:
-                    def stream(cs=comm):
+                    def stream(cs=comm, beside=bool(secs)):
                         for c in cs:
-                            yield from self._comm(c, segments, t0)
+                            yield from self._comm(c, segments, t0, userbuffers and beside)
                     waits.append(s.process(stream()))
                 if waits:
                     yield s.all_of(waits)
-                idle = (s.now - start) - sum(secs)
-                if idle > 0 and comm:
-                    axis = comm[-1].axis
-                    exposed[axis] = exposed.get(axis, 0.0) + idle
+                ran = 0.0
+                if kernels is not None:  # each kernel's span, in proportion to its time alone
+                    # (without sharing, exactly its time alone: the stream's clock would add rounding)
+                    ran = kernels.end - kernels.start if s.sim.interference else sum(secs)
+                    at, scale = start - t0, ran / sum(secs) if sum(secs) else 0.0
+                    for k, dt, shape in zip(st.compute, secs, shapes):
+                        segments.append(Segment("compute", at, at + dt * scale, k.name))
+                        parts.append((dt * scale, shape))
+                        at += dt * scale
+                    busy[0] += ran
+                idle = (s.now - start) - ran
+                if idle > 0:
+                    parts.append((idle, sharing.IDLE_KERNEL))
+                    if comm:
+                        axis = comm[-1].axis
+                        exposed[axis] = exposed.get(axis, 0.0) + idle
             return s.now - t0
 
         proc = s.process(program())
         s.run(proc)
         duration = proc.value
         flops = sum(k.flops for st in steps for k in st.compute)
-        return Template(name, duration, busy[0], exposed, flops, tuple(segments))
+        weights = [p[0] for p in parts]
+        mix = Mix(weights, [p[1] for p in parts]) if sum(weights) > 0 else None
+        return Template(name, duration, busy[0], exposed, flops, tuple(segments), 0.0, mix)

@@ -136,9 +136,11 @@ class Traffic:
         now = self.env.now
         tags = {**rec.tags, **out.tags, "algorithm": rec.algorithm, "protocol": rec.protocol, "replayed": True}
         new = CollectiveRecord(rec.collective, rec.ranks, rec.size, rec.count, rec.dtype, rec.op, rec.root,
-                               rec.algorithm, rec.protocol, rec.predicted, now, now + rec.time, tags)
+                               rec.algorithm, rec.protocol, rec.predicted, now, now + rec.time, tags,
+                               rec.channels)
         out.start, out.record, out.tags = now, new, tags
         self._begin(out, links, True)
+        self.s.occupy(ranks, rec.channels, until=out)  # its kernel's SMs, as the real run held them
         label = f"{rec.collective} {rec.algorithm}/{rec.protocol}"
 
         def finish(_e):

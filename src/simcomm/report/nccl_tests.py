@@ -1,20 +1,31 @@
-"""nccl-tests' output, as its 2.17 releases print it: version and test start lines, the parameter line, the devices,
-the column header, one row per size (field widths and the %7.2f/%7.1f/%7.0f time), the footer and the closing
-line; and the -J JSON file with the same content.
+"""nccl-tests' output, as its 2.19.6 release prints it (src/util.cu): version and test start lines, the parameter
+line, the devices, the column header, one row per size, the footer and the closing line; and the -J JSON file
+with the same content in nccl-tests' own schema.
 
-The simulation checks no data, so #wrong is N/A (as nccl-tests prints with -c 0), and out-of-place and in-place
-are the same simulated figures.
+Rows: sizes and counts as %12li, type %8s, redop and root %6s, then out-of-place and in-place blocks of time,
+algbw, busbw and #wrong. Since nccl-tests 2.17.3 a figure is printed with 2 decimals where that fits its column
+(7 characters for the time, 6 for algbw and busbw), else 1, else none (`110.07`, `15943.8`). #wrong is an integer
+(`%6g`): the simulation moves no data in perf, so nothing can be wrong and it is 0; with `-c 0` (no validation)
+nccl-tests prints `N/A`, and so does simcomm. Out-of-place and in-place are the same simulated figures.
+
+simcomm's own notes are `# simcomm:` comment lines (after the device list and before each table); `quiet` leaves
+them out, so the output is nccl-tests' lines alone.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-NCCL_TESTS_VERSION = "2.17.9"  # the release whose output layout this follows
+NCCL_TESTS_VERSION = "2.19.6"  # the release whose output this follows
+# The NCCL release whose tuner and protocol figures simcomm models (algorithms/protocols.py), as nccl-tests prints
+# NCCL's version code: major x 10000 + minor x 100 + patch.
+NCCL_VERSION_CODE = 23000
+SIM_PID_BASE = 10000  # nccl-tests prints each process's getpid(); simulated process p is SIM_PID_BASE + p
 
 
 @dataclass
 class Header:
-    """What nccl-tests' parameter line and device list say: counts per process and the size series."""
+    """What nccl-tests' parameter line and device list say: counts per process, the size series and the
+    measurement options (nccl-tests' defaults: 5 warm-up and 20 timed iterations, validation on)."""
 
     test: str  # the binary's name, e.g. "all_reduce_perf"
     threads: int = 1
@@ -23,20 +34,30 @@ class Header:
     maxbytes: int = 0
     factor: float | None = 2.0  # None: fixed increments of stepbytes
     stepbytes: int = 0
-    iters: int = 1
-    warmup: int = 0
+    iters: int = 20
+    warmup: int = 5
     agg_iters: int = 1
+    validation: int = 1  # -c: 0 prints #wrong as N/A
+    graph: int = 0
     comments: list = field(default_factory=list)  # '# simcomm: ...' lines after the device list
+    quiet: bool = False  # leave simcomm's own lines (and JSON fields) out
+    args: list = field(default_factory=list)  # the command line, for -J
+    env: dict = field(default_factory=dict)  # the NCCL_* variables, for -J
 
 
 # ---- text --------------------------------------------------------------------------------------------------------
+def nccl_figure(value: float, width: int) -> str:
+    """A figure as nccl-tests >= 2.17.3 prints it in a column `width` wide: 2 decimals if they fit, else 1, else 0."""
+    for decimals in (2, 1):
+        text = f"{value:{width}.{decimals}f}"
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.0f}"
+
+
 def nccl_time(us: float) -> str:
-    """nccl-tests' time column: %7.2f, then %7.1f from 100 us, then %7.0f from 10 ms."""
-    if us >= 10000.0:
-        return f"{us:7.0f}"
-    if us >= 100.0:
-        return f"{us:7.1f}"
-    return f"{us:7.2f}"
+    """nccl-tests' time column (7 wide)."""
+    return nccl_figure(us, 7)
 
 
 def nccl_column_header() -> list[str]:
@@ -59,11 +80,13 @@ def type_name(dtype: str) -> str:
     return NCCL_TYPE_NAMES.get(dtype, dtype)
 
 
-def nccl_row(row, type_label: str | None = None) -> str:
-    """One size: out-of-place then in-place (the same simulated figures); #wrong is N/A (no data is checked)."""
+def nccl_row(row, type_label: str | None = None, validation: int = 1) -> str:
+    """One size: out-of-place then in-place (the same simulated figures); #wrong 0 (N/A under -c 0)."""
     label = type_label or type_name(row.dtype)
     head = f"{row.size:12d}  {row.count:12d}  {label:>8}  {row.redop:>6}  {row.root_column:6d}"
-    block = f"  {nccl_time(row.time * 1e6)}  {row.algbw / 1e9:6.2f}  {row.busbw / 1e9:6.2f}  {'N/A':>5}"
+    wrong = f"  {0:6g}" if validation else f"  {'N/A':>5}"  # nccl-tests' "  %6g" and "  %5s"
+    block = (f"  {nccl_time(row.time * 1e6)}  {nccl_figure(row.algbw / 1e9, 6)}  {nccl_figure(row.busbw / 1e9, 6)}"
+             + wrong)
     return head + block + block
 
 
@@ -75,19 +98,30 @@ def _step(h: Header) -> str:
     return f"{h.factor:g}(factor)" if h.factor is not None else f"{h.stepbytes}(bytes)"
 
 
+def _pid(rank: int, h: Header) -> int:
+    return SIM_PID_BASE + rank // (h.threads * h.gpus)
+
+
+def _simcomm_lines(h: Header, comments) -> list[str]:
+    return [] if h.quiet else [f"# simcomm: {c}" for c in comments]
+
+
 def nccl_preamble(cluster, ranks: int, h: Header) -> list[str]:
-    """Version, test start, parameters (per-process counts, one simulated iteration, no warm-up) and devices."""
+    """Version, test start, parameters and devices (then simcomm's notes unless quiet)."""
     from .. import __version__
-    lines = [f"# nccl-tests version {NCCL_TESTS_VERSION} output format; simulated by simcomm {__version__}",
+    lines = [f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={NCCL_VERSION_CODE} "
+             f"nccl-library={NCCL_VERSION_CODE}",
              f"# Collective test starting: {h.test}",
              f"# nThread {h.threads} nGpus {h.gpus} minBytes {h.minbytes} maxBytes {h.maxbytes} step: {_step(h)} "
-             f"warmup iters: {h.warmup} iters: {h.iters} agg iters: {h.agg_iters} validation: 0 graph: 0",
+             f"warmup iters: {h.warmup} iters: {h.iters} agg iters: {h.agg_iters} validation: {h.validation} "
+             f"graph: {h.graph}",
              "#", "# Using devices"]
-    per_process = h.threads * h.gpus
     for r in range(ranks):
-        lines.append(f"#  Rank {r:2d} Group  0 Pid {r // per_process:6d} on {'n' + str(cluster.node_of(r)):>10} "
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {_pid(r, h):6d} on {'n' + str(cluster.node_of(r)):>10} "
                      f"device {cluster.local_rank(r):2d} [{_bus_id(cluster, r)}] {cluster.device.name}")
-    return lines + ["#"] + [f"# simcomm: {c}" for c in h.comments]
+    notes = [f"simulated by simcomm {__version__}: nccl-tests {NCCL_TESTS_VERSION}'s output; NCCL "
+             f"{NCCL_VERSION_CODE // 10000}.{NCCL_VERSION_CODE // 100 % 100}'s tuner and protocols"] + list(h.comments)
+    return lines + ["#"] + _simcomm_lines(h, notes)
 
 
 def average_busbw(rows) -> float:
@@ -95,9 +129,11 @@ def average_busbw(rows) -> float:
     return sum(r.busbw for r in rows) / len(rows) / 1e9 if rows else 0.0
 
 
-def nccl_block(rows, comments=()) -> list[str]:
-    """One table: comment lines, the column header, the rows and the footer."""
-    lines = [f"# simcomm: {c}" for c in comments] + nccl_column_header() + [nccl_row(r) for r in rows]
+def nccl_block(rows, comments=(), h: Header | None = None) -> list[str]:
+    """One table: simcomm's comment lines (unless quiet), the column header, the rows and the footer."""
+    h = h or Header("")
+    lines = _simcomm_lines(h, comments) + nccl_column_header() + [nccl_row(r, validation=h.validation)
+                                                                   for r in rows]
     return lines + ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {average_busbw(rows):g} ", "#"]
 
 
@@ -105,7 +141,7 @@ def nccl_output(tables, cluster, ranks: int, h: Header) -> str:
     """The whole output: preamble, each (comments, rows) table, and the closing line."""
     lines = nccl_preamble(cluster, ranks, h)
     for comments, rows in tables:
-        lines += nccl_block(rows, comments)
+        lines += nccl_block(rows, comments, h)
     lines.append(f"# Collective test concluded: {h.test}")
     return "\n".join(lines) + "\n"
 
@@ -191,8 +227,13 @@ def tuner_comments(rows) -> list[str]:
 
 
 # ---- -J JSON -----------------------------------------------------------------------------------------------------
-def _figures(r) -> dict:
-    return {"time": r.time * 1e6, "algbw": r.algbw / 1e9, "busbw": r.busbw / 1e9, "wrong": "N/A"}
+# A simulated run has no wall-clock start: the start time is the simulation's epoch, so the file is deterministic.
+SIM_START_TIME = "1970-01-01T00:00:00Z"
+
+
+def _figures(r, validation: int) -> dict:
+    return {"time": r.time * 1e6, "alg_bw": r.algbw / 1e9, "bus_bw": r.busbw / 1e9,
+            "nwrong": 0 if validation else None}
 
 
 def _weighed(r) -> dict:
@@ -201,29 +242,43 @@ def _weighed(r) -> dict:
     return {"tuner_predicted_us": {f"{a}/{p}": t * 1e6 for a, p, t in weighed}} if weighed else {}
 
 
+def _step_config(h: Header) -> dict:
+    if h.factor is None:
+        return {"step_bytes": h.stepbytes}
+    return {"step_factor": int(h.factor) if float(h.factor).is_integer() else h.factor}
+
+
 def nccl_json(tables, cluster, ranks: int, h: Header) -> dict:
-    """The -J document: the parameter line's values, the devices, one result per row with out-of-place and
-    in-place figures (us and GB/s, unrounded), and the footer's values. simcomm's own fields (the algorithm and
-    protocol simulated) are added to each result under 'simcomm'."""
+    """The -J document in nccl-tests' schema: version, start time, command line, NCCL environment, the parameter
+    line's values (config), the devices, one result per row (out-of-place and in-place: time in us, alg_bw and
+    bus_bw in GB/s, unrounded, nwrong), and the footer's values (out_of_bounds, average_bus_bandwidth). Unless
+    quiet, simcomm's own fields (the algorithm and protocol simulated, the tuner's predictions, the notes) are
+    under 'simcomm' keys."""
     from .. import __version__
-    per_process = h.threads * h.gpus
     results, everything = [], []
     for comments, rows in tables:
         everything += rows
         for r in rows:
-            results.append({"name": h.test, "size": r.size, "count": r.count, "type": type_name(r.dtype),
-                            "redop": r.redop, "root": r.root_column, "out_of_place": _figures(r),
-                            "in_place": _figures(r),
-                            "simcomm": {"requested": r.requested, "algorithm": r.algorithm,
-                                        "protocol": r.protocol, **_weighed(r)}})
-    return {"nccl_tests_version": NCCL_TESTS_VERSION, "generator": f"simcomm {__version__}", "test": h.test,
-            "config": {"nThread": h.threads, "nGpus": h.gpus, "nProcs": ranks // per_process, "nRanks": ranks,
-                       "minBytes": h.minbytes, "maxBytes": h.maxbytes,
-                       "stepFactor": int(h.factor) if h.factor is not None and h.factor.is_integer() else h.factor, "stepBytes": None if h.factor is not None else h.stepbytes,
-                       "warmupIters": h.warmup, "iters": h.iters, "aggIters": h.agg_iters, "validation": 0,
-                       "graph": 0},
-            "devices": [{"rank": r, "group": 0, "pid": r // per_process, "hostname": f"n{cluster.node_of(r)}",
-                         "device": cluster.local_rank(r), "busId": _bus_id(cluster, r), "name": cluster.device.name}
-                        for r in range(ranks)],
-            "comments": list(h.comments) + [c for comments, _ in tables for c in comments],
-            "results": results, "out_of_bounds": 0, "avg_bus_bandwidth": average_busbw(everything)}
+            result = {"name": h.test, "size": r.size, "count": r.count, "type": type_name(r.dtype),
+                      "redop": r.redop, "root": str(r.root_column), "out_of_place": _figures(r, h.validation),
+                      "in_place": _figures(r, h.validation)}
+            if not h.quiet:
+                result["simcomm"] = {"requested": r.requested, "algorithm": r.algorithm, "protocol": r.protocol,
+                                     **_weighed(r)}
+            results.append(result)
+    doc = {"version": NCCL_TESTS_VERSION, "nccl_headers": NCCL_VERSION_CODE, "nccl_library": NCCL_VERSION_CODE,
+           "start_time": SIM_START_TIME, "args": list(h.args) or [h.test], "env": dict(h.env),
+           "config": {"nthreads": h.threads, "ngpus": h.gpus, "minimum_bytes": h.minbytes,
+                      "maximum_bytes": h.maxbytes, **_step_config(h), "warmup_iters": h.warmup,
+                      "iterations": h.iters, "aggregated_iterations": h.agg_iters, "validation": h.validation,
+                      "graph": h.graph},
+           "devices": [{"rank": r, "group": 0, "pid": _pid(r, h), "hostname": f"n{cluster.node_of(r)}",
+                        "device": cluster.local_rank(r), "bus_id": _bus_id(cluster, r), "name": cluster.device.name}
+                       for r in range(ranks)],
+           "results": results,
+           "out_of_bounds": {"count": 0, "okay": True},
+           "average_bus_bandwidth": {"bandwidth": average_busbw(everything), "okay": True}}
+    if not h.quiet:
+        doc["simcomm"] = {"generator": f"simcomm {__version__}", "ranks": ranks,
+                          "comments": list(h.comments) + [c for comments, _ in tables for c in comments]}
+    return doc

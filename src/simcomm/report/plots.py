@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from .links import binned, link_usage
 
 _COLORS = {"collective": "#4c72b0", "send": "#55a868", "hbm": "#c44e52", "compute": "#8172b2"}
@@ -76,8 +78,9 @@ def plot_timeline(activities, cluster, path, title: str = "", max_ranks: int = 3
     shown = f"ranks {ranks[0]}-{ranks[-1]} of {len(everyone)} shown" if len(ranks) < len(everyone) else \
         f"all {len(everyone)} ranks"
     ax.set_title(f"{title or f'timeline ({cluster.name})'} ({shown})")
-    if acts:
-        ax.legend(fontsize=7, loc="upper right", title="bars: what each rank was doing", title_fontsize=7)
+    if acts:  # beside the plot, never over the bars
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  title="bars: what each rank\nwas doing", title_fontsize=7)
     return _save(fig, plt, path)
 
 
@@ -91,16 +94,25 @@ def plot_links(link_loads, cluster, path, title: str = "", top: int = 8, span: t
         span = (min((float(u.times[0]) for u in usage), default=0.0),
                 max((float(u.times[-1]) for u in usage), default=0.0))
     t0, length = span[0], span[1] - span[0]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), dpi=100)
-    for i, u in enumerate(usage[:top]):  # links often share a level: a dash pattern each keeps them apart
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 7), dpi=100)
+    # Links that carried the same load at every moment (the ranks of a ring or a switch's ports, often) are one
+    # curve under one label that names how many they are, so that every link drawn is labelled
+    curves: dict[bytes, list] = {}
+    for u in usage:
         edges, rates = binned(u, t0, t0 + length)
-        ax1.stairs(100 * rates / u.capacity, edges * 1e6, label=f"{u.name} (peak {100 * u.peak:.1f}%)",
+        curves.setdefault(np.round(100 * rates / u.capacity, 9).tobytes(), []).append((u, edges, rates))
+    for i, alike in enumerate(list(curves.values())[:top]):  # a dash pattern each keeps equal levels apart
+        u, edges, rates = alike[0]
+        more = f" and {len(alike) - 1} more link{'s' if len(alike) > 2 else ''} alike" if len(alike) > 1 else ""
+        ax1.stairs(100 * rates / u.capacity, edges * 1e6, label=f"{u.name}{more} (peak {100 * u.peak:.1f}%)",
                    linewidth=1.6 - 0.15 * min(i, 6), linestyle=_DASHES[i % len(_DASHES)], zorder=2 + i)
     ax1.set_xlabel("time (us)")
     ax1.set_ylabel("utilisation (%)")
-    ax1.set_title(title or f"link utilisation ({cluster.name})")
-    if usage:
-        ax1.legend(fontsize=6, loc="upper right")
+    drawn = sum(len(alike) for alike in list(curves.values())[:top])
+    ax1.set_title((title or f"link utilisation ({cluster.name})")
+                  + (f" ({drawn} of {len(usage)} links, most utilised first)" if drawn < len(usage) else ""))
+    if usage:  # beside the plot, never over the curves
+        ax1.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     else:
         why = "no link carried data" if link_loads is not None else \
             "link loads are recorded with detail 'flows' (run with --detail flows)"
@@ -118,6 +130,6 @@ def _save(fig, plt, path, text: dict | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, format="png", metadata={"Software": None, **(text or {})})
+    fig.savefig(path, format="png", metadata={"Software": None, **(text or {})}, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -9,10 +9,11 @@ from .plots import _pyplot, _save
 
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#c44e52"}
 CATEGORY_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "recompute": "#8fbbd9", "tp": "#dd8452",
-                   "cp": "#937860", "pp": "#da8bc3", "dp": "#c44e52", "optimizer": "#8172b2", "bubble": "#cccccc"}
+                   "cp": "#937860", "pp": "#da8bc3", "dp": "#c44e52", "optimizer": "#8172b2", "bubble": "#cccccc",
+                   "interference": "#ccb974"}
 CATEGORY_LABELS = {"forward": "forward", "backward": "backward", "recompute": "recompute", "tp": "exposed TP",
                    "cp": "exposed CP", "pp": "exposed PP", "dp": "exposed DP", "optimizer": "optimizer",
-                   "bubble": "bubble / idle"}
+                   "bubble": "bubble / idle", "interference": "interference"}
 
 
 def _shade(color: str, chunk: int, chunks: int) -> str:

@@ -41,12 +41,15 @@ def _node(spec, device) -> NodeTemplate:
                         tuple(range(n)) if nics else (), nic_bw, nic_lat, False, (SOURCE,))
 
 
-def build_dims_cluster(spec) -> Cluster:
-    """A Cluster from a schema.DimsCluster."""
-    device = build_cluster(spec.device).device
+def build_dims_cluster(spec, tuning_changes: dict | None = None) -> Cluster:
+    """A Cluster from a schema.DimsCluster; `tuning_changes` set fields of its tuning (see build_cluster)."""
+    preset = build_cluster(spec.device)
     changes = {k: getattr(spec, k) for k in ("memory_bandwidth", "compute_rate") if getattr(spec, k) is not None}
-    device = dataclasses.replace(device, **changes)
+    device = dataclasses.replace(preset.device, **changes)
     template = _node(spec, device)
+    # NCCL's channels as on the preset's machine (inside a node; one NIC per NPU across)
+    template = dataclasses.replace(template, nccl_channels=preset.template.nccl_channels,
+                                   tuning=dataclasses.replace(template.tuning, **(tuning_changes or {})))
     nodes = spec.npus_count[1] if len(spec.npus_count) == 2 else 1
     fabric = build_fabric("switch", nodes, template) if nodes > 1 else None
     name = "x".join(map(str, spec.npus_count)) + " " + "-".join(t.lower() for t in spec.topology)

@@ -336,8 +336,16 @@ def validate_data(src: Source) -> LoadedScenario:
     return LoadedScenario(scenario, cluster, src)
 
 
-def load_scenario(path) -> LoadedScenario:
-    return validate_data(read_source(path))
+NO_INTERFERENCE = {"model.interference": False}  # the CLI's --no-interference
+
+
+def load_scenario(path, values: dict[str, Any] | None = None) -> LoadedScenario:
+    """Read, check and build a scenario file; `values` sets dotted key paths first (as a sweep point does)."""
+    src = read_source(path)
+    if values:
+        src = Source(src.name, with_values(src.data if isinstance(src.data, dict) else {}, values), src.lines,
+                     src.directory)
+    return validate_data(src)
 
 
 def load_text(text: str, name: str = "<scenario>") -> LoadedScenario:
@@ -349,13 +357,17 @@ def build(scenario: Scenario, src: Source):
     from .dims import build_dims_cluster
     from .schema import DimsCluster
     c = scenario.cluster
+    knobs = scenario.model
+    tuning = {k: v for k, v in (("interference", knobs.interference), ("min_channels", knobs.min_channels),
+                                ("max_channels", knobs.max_channels)) if v is not None and v is not True}
     try:
         if isinstance(c, DimsCluster):
-            return build_dims_cluster(c)
+            return build_dims_cluster(c, tuning)
         overrides = {k: v for k, v in (c.overrides.model_dump() if c.overrides else {}).items() if v is not None}
         options = {k: v for k, v in (c.fabric_options.model_dump() if c.fabric_options else {}).items()
                    if v is not None}
-        return build_cluster(c.preset, c.nodes, c.fabric, c.ranks_per_node, overrides, options)
+        return build_cluster(c.preset, c.nodes, c.fabric, c.ranks_per_node, overrides, options,
+                             tuning_changes=tuning)
     except (HardwareError, SimcommError, ValueError) as exc:
         raise src.error(_cluster_key(str(exc), src.data.get("cluster")), str(exc)) from None
 

@@ -178,7 +178,8 @@ def _algorithm(v):
 
 
 class ModelKnobs(Base):
-    """Forced choices (NCCL_ALGO / NCCL_PROTO) and how much the simulation records."""
+    """Forced choices (NCCL_ALGO / NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS), whether compute and communication share the
+    GPUs, and how much the simulation records."""
 
     algorithm: Annotated[dict[str, str] | None, BeforeValidator(_algorithm)] = described(
         None, "force an algorithm (NCCL_ALGO): a name, or a mapping such as {all_reduce: ring}",
@@ -187,6 +188,13 @@ class ModelKnobs(Base):
     detail: Literal["auto", "flows", "steps"] = described("auto", "record every flow, only steps and collectives, or "
                                                    "auto (flows up to 64 ranks)")
     numerics: Literal["nccl", "gloo"] | None = described(None, "reduction order of rank programs (default: by device)")
+    interference: bool = described(True, "compute and communication share each GPU's SMs: compute slows beside "
+                                          "communication kernels and they slow beside it (docs/model.md); false: "
+                                          "each runs as if alone")
+    min_channels: int | None = described(None, "NCCL_MIN_NCHANNELS: at least this many channels (CTAs) per "
+                                               "communicator", ge=1, le=64)
+    max_channels: int | None = described(None, "NCCL_MAX_NCHANNELS: at most this many channels (CTAs) per "
+                                               "communicator", ge=1, le=64)
 
 
 def _file_option(default: str):

@@ -32,7 +32,9 @@ def report_blocks(result: RunResult) -> list:
     the simulated time."""
     d = result.cluster.describe()
     intra = d["intra_node"]
-    head = (f"scenario {result.name}: {result.kind} on {d['name']} ({d['ranks']} ranks of {d['device']}; "
+    used = workload(result.kind).ranks_used(result)
+    ranks = f"{d['ranks']} ranks" if used in (None, d["ranks"]) else f"{used} of its {d['ranks']} ranks"
+    head = (f"scenario {result.name}: {result.kind} on {d['name']} ({ranks} of {d['device']}; "
             f"{intra['kind']} {intra['bandwidth'] / 1e9:g} GB/s inside a node"
             + (f", {d['inter_node']['bandwidth'] / 1e9:g} GB/s NICs over {d['inter_node']['fabric']}"
                if d["nodes"] > 1 else "") + ")")

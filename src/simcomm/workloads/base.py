@@ -63,6 +63,10 @@ class Workload:
         """Report blocks for report.table.render: text, or (title, headers, rows) tables."""
         raise NotImplementedError
 
+    def ranks_used(self, result: RunResult) -> int | None:
+        """How many of the cluster's ranks the run used, where fewer than all may be (None: all)."""
+        return None
+
 
 def resolve_detail(requested: str, ranks: int) -> str:
     """model.detail 'auto' records every flow up to AUTO_FLOWS_MAX_RANKS ranks, only steps beyond."""

@@ -245,8 +245,10 @@ class PerfWorkload(Workload):
         out = []
         for (kind, requested), rows in self._by_series(result.rows).items():
             last = rows[-1]
-            out.append({"collective": kind, "algorithm": requested, "size": last.size, "time": last.time,
-                        "busbw": last.busbw, "peak_busbw": max(r.busbw for r in rows)})
+            # what ran at the largest size: the tuner's choice where the series asked for auto
+            out.append({"collective": kind, "requested": requested, "algorithm": last.algorithm,
+                        "protocol": last.protocol, "size": last.size, "time": last.time, "busbw": last.busbw,
+                        "peak_busbw": max(r.busbw for r in rows)})
         return out
 
     def report(self, result: RunResult) -> list:

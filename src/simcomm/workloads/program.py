@@ -249,6 +249,9 @@ class ProgramWorkload(Workload):
         out.details["ranks"] = ranks
         return out
 
+    def ranks_used(self, result: RunResult) -> int:
+        return len(result.rows)
+
     def summary(self, result: RunResult) -> list[dict]:
         return [{"ranks": len(result.rows), "elapsed": result.elapsed,
                  "collective_time": max((r["collective_time"] for r in result.rows), default=0.0)}]

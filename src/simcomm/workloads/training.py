@@ -89,9 +89,11 @@ class TrainingSpec(Base):
     bf16: bool = described(True, "bf16 mixed precision")
     fp16: bool = described(False, "fp16 mixed precision (set bf16: false)")
     fp8_format: Literal["hybrid", "e4m3"] | None = described(None, "FP8 GEMMs (Transformer Engine)")
+    tf32: bool = described(True, "with neither bf16 nor fp16: fp32 GEMMs on TF32 tensor cores (as NGC's PyTorch "
+                                 "containers set; false: plain PyTorch's default, full fp32)")
     accumulate_allreduce_grads_in_fp32: bool | None = described(None, "fp32 gradient buffers (default: on with "
                                                                       "bf16)")
-    use_flash_attn: bool = described(True, "flash attention (else materialised s x s scores)")
+    use_flash_attn: bool = described(True, "flash attention (else materialised s x s scores; fp32 has none)")
     memory_reserved: Size = described("2GiB", "CUDA context, NCCL and workspaces per GPU (an estimate)", "size",
                                       validate_default=True)
     memory_fragmentation: float = described(0.05, "allocator overhead, fraction of allocated bytes (an estimate)",
@@ -179,8 +181,9 @@ class TrainingWorkload(Workload):
         step = model.run()
         dims = layout.dims
         traced = frozenset(int(x) for x in dims.grid[:, 0].reshape(-1))
-        rows = [{"stage": r, "gpu": int(dims.grid[r, 0, 0, 0]), "finish": step.finish[r], **b,
-                 "peak_memory": step.memory[r].peak} for r, b in enumerate(step.stages)]
+        rows = [{"stage": r, "gpu": int(dims.grid[r, 0, 0, 0]), "finish": step.finish[r],
+                 **{k: b[k] for k in step.categories}, "peak_memory": step.memory[r].peak}
+                for r, b in enumerate(step.stages)]
         result = TrainingResult(name, self.kind, cluster, rows, model.session.sim, notes=list(step.notes),
                                 details={"step": step.as_dict()})
         result.traced = traced

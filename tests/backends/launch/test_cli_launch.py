@@ -26,6 +26,8 @@ def test_launch_failures(tmp_path, capsys):
     assert main(["launch", "--cluster", "cpu-host", str(prog)]) == 1
     err = capsys.readouterr().err
     assert "ZeroDivisionError" in err and "bad.py\", line 2, in helper" in err and "rank 0 raised" in err
+    # once, trimmed to the rank's own frames (issue 25: a raw traceback through simcomm's files came first)
+    assert err.count("Traceback") == 1 and err.count("ZeroDivisionError") == 2 and "simcomm/" not in err
     assert main(["launch", "--cluster", "cpu-host", str(tmp_path / "missing.py")]) == 2
     assert "not found" in capsys.readouterr().err
     assert main(["launch", "--cluster", "nope", str(prog)]) == 2

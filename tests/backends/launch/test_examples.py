@@ -61,6 +61,8 @@ def simulated_lines(capsys, script, args=(), nproc=None, cluster="cpu-host", **k
     ("ddp_torchrun.py", ("--steps", "2", "--find-unused"), 2, "cpu-host"),  # and its unused-parameter search
     ("ddp_torchrun.py", ("--steps", "2", "--comm-hook", "fp16"), 2, "cpu-host"),  # a communication hook
     ("device_mesh_torchrun.py", (), 8, "hgx-h100"),  # a 3-D DeviceMesh's groups and a sub-mesh
+    ("pipeline_torchrun.py", (), 4, "hgx-h100"),  # torch.distributed.pipelining: stages, a 1F1B schedule
+    ("pipeline_torchrun.py", ("--schedule", "GPipe"), 4, "cpu-host"),
 ])
 def test_same_output_as_real(capsys, script, args, nproc, cluster):
     sim = simulated_lines(capsys, script, args, nproc, cluster)
@@ -106,3 +108,15 @@ def test_ddp_bucket_all_reduces_overlap_the_backward_pass(capsys, monkeypatch):
     serial, serial_lines = run()
     assert lines == serial_lines
     assert overlapped < serial - 20e-6  # at least one ~4 MiB bucket's all-reduce hidden behind compute
+
+
+def test_fsdp2_and_dtensor_tp_train_as_under_torchrun(capsys):
+    """A torchtitan-style script (FSDP2 over "dp", DTensor Colwise/RowwiseParallel over "tp" of a 2-D mesh, AdamW)
+    at 8 ranks: with gloo's numerics every line (losses and each rank's weight shards) is real gloo's; on simulated
+    H100s (nccl, "cuda" tensors, NCCL's summation order) the losses are the same to the printed digits."""
+    args = ("--tp", "2")
+    real = real_lines("fsdp_tp_torchrun.py", args, 8)
+    assert sum("loss" in line for line in real) == 3
+    assert simulated_lines(capsys, "fsdp_tp_torchrun.py", args, 8, "cpu-host") == real
+    gpu = simulated_lines(capsys, "fsdp_tp_torchrun.py", args, 8, "hgx-h100")
+    assert [x for x in gpu if "loss" in x] == [x for x in real if "loss" in x]

@@ -3,6 +3,7 @@ import os
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -232,15 +233,6 @@ def test_ddp_on_a_subgroup(tmp_path, capsys):
     assert lines == [f"{r} {[float(r // 2 * 2)] * 4} {[3.0 if r < 2 else 7.0] * 4} 2" for r in range(4)]
 
 
-def test_ddp_refuses_meta_parameters_clearly(tmp_path):
-    with pytest.raises(RankFailed, match="DistributedDataParallel under simcomm launch needs parameters with data"):
-        run(tmp_path, """
-            import torch.nn as nn
-            dist.init_process_group("nccl")
-            torch.nn.parallel.DistributedDataParallel(nn.Linear(4, 4).cuda())
-        """, cuda_as="meta")
-
-
 def test_work_get_future_is_a_torch_future(tmp_path, capsys):
     run(tmp_path, """
         from torch.futures import Future
@@ -253,9 +245,9 @@ def test_work_get_future_is_a_torch_future(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == ["True [3.0, 3.0] [6.0, 6.0]"] * 2
 
 
-def test_device_mesh_groups_are_simcomms(tmp_path, capsys):
-    """init_device_mesh and DeviceMesh(...) in a rank build simcomm's mesh (torch's would start a real rendezvous
-    and wait forever); its groups serve every collective."""
+def test_device_mesh_is_torchs_with_simcomms_groups(tmp_path, capsys):
+    """init_device_mesh and DeviceMesh(...) in a rank are torch's own (a "cuda" mesh is one of the device the
+    tensors live on here), their groups torch ProcessGroups that simcomm serves: every collective takes them."""
     result = run(tmp_path, """
         from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
         dist.init_process_group("nccl")
@@ -263,18 +255,101 @@ def test_device_mesh_groups_are_simcomms(tmp_path, capsys):
         same = DeviceMesh("cuda", torch.arange(4).reshape(2, 2))
         x = torch.ones(1).cuda() * (dist.get_rank() + 1)
         dist.all_reduce(x, group=mesh["tp"].get_group())
-        print(dist.get_rank(), mesh.get_coordinate(), x.item(), dist.get_process_group_ranks(same.get_group(0)))
+        tp = mesh["tp"].get_group()
+        print(dist.get_rank(), mesh.get_coordinate(), x.item(), dist.get_process_group_ranks(same.get_group(0)),
+              type(mesh).__module__, mesh.device_type, isinstance(tp, dist.ProcessGroup), tp.size())
     """, nproc=4)
     lines = sorted(capsys.readouterr().out.splitlines())
-    assert lines == ["0 (0, 0) 3.0 [0, 2]", "1 (0, 1) 3.0 [1, 3]", "2 (1, 0) 7.0 [0, 2]", "3 (1, 1) 7.0 [1, 3]"]
+    mesh = "torch.distributed.device_mesh cpu True 2"
+    assert lines == [f"0 (0, 0) 3.0 [0, 2] {mesh}", f"1 (0, 1) 3.0 [1, 3] {mesh}", f"2 (1, 0) 7.0 [0, 2] {mesh}",
+                     f"3 (1, 1) 7.0 [1, 3] {mesh}"]
     assert result.ok
 
 
-def test_torchs_own_process_groups_stop_with_a_clear_error(tmp_path):
-    """FSDP2 (fully_shard) sets up torch's C++ process groups itself: refused at once, never a hang."""
-    with pytest.raises(DistError, match=r"rank 0: torch's own process-group setup .* \(DTensor and FSDP2 do\)"):
+def test_torchs_own_process_group_setup_stops_with_a_clear_error(tmp_path):
+    """A script that reaches torch's own c10d setup some other way than the served functions: refused at once,
+    never a hang (a real rendezvous would wait for peers that are not there)."""
+    with pytest.raises(DistError, match=r"rank 0: torch's own process-group setup .* another way"):
         run(tmp_path, """
-            from torch.distributed.fsdp import fully_shard
-            dist.init_process_group("gloo")
-            fully_shard(torch.nn.Linear(4, 4))
+            from torch.distributed import distributed_c10d
+            distributed_c10d.init_process_group("gloo")
         """, cluster="cpu-host")
+
+
+def test_fsdp2_tp_on_meta_parameters_reports_step_times(capsys):
+    """--cuda-as meta: FSDP2 + DTensor TP of a large layer costed by size alone (torch refuses to train FSDP2 on
+    meta parameters; a launch lets it, see docs/launch.md): each step's simulated time is the FSDP all-gathers and
+    reduce-scatters, the TP all-reduces and the compute; more nodes for the same model per rank cost more."""
+    times = {}
+    for nodes in (1, 2):
+        capsys.readouterr()
+        result = launch(Path(__file__).resolve().parents[3] / "examples" / "torch" / "fsdp_tp_torchrun.py", ["--tp", "8", "--dim", "4096", "--layers", "2", "--seq",
+                                                           "2048", "--batch", "1", "--steps", "2"],
+                        nproc_per_node=8, nnodes=nodes, cluster="hgx-h100", cuda_as="meta", count_flops=True)
+        steps = [float(line.split()[3]) for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
+        assert result.ok and len(steps) == 2 and steps[0] == steps[1] > 0
+        times[nodes] = steps[0]
+    # compute alone: 6 x params/TP x tokens per step at the H100's rate is a floor
+    flops = 6 * (2 * 8 * 4096 * 4096 / 8 + 4096) * 2048
+    assert times[1] * 1e-3 > flops / 989e12
+    assert times[2] > times[1]
+
+
+@pytest.mark.scale
+def test_fsdp2_tp_at_512_ranks_on_meta_parameters(capsys):
+    """The must-show of issue 25: 64 nodes x 8 H100s, TP 8 inside a node, FSDP2 over 64, on meta parameters
+    (about 90 s of CPU on an idle core; -m scale). Prints the step's simulated time."""
+    result = launch(Path(__file__).resolve().parents[3] / "examples" / "torch" / "fsdp_tp_torchrun.py",
+                    ["--tp", "8", "--dim", "8192", "--layers", "2", "--seq", "4096", "--batch", "1", "--steps", "1"],
+                    nproc_per_node=8, nnodes=64, cluster="hgx-h100", cuda_as="meta", count_flops=True)
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("step")]
+    assert result.ok and result.worlds[0].nprocs == 512 and float(line.split()[3]) > 0
+
+
+def test_ddp_on_meta_parameters(tmp_path, capsys):
+    """DDP with --cuda-as meta --compute (the docs' own example shape): no data, the same buckets and overlap
+    from the first step; a larger bucket cap means fewer all-reduces."""
+    prog = """
+        import os, time
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl")
+        model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).cuda()
+        ddp = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])], bucket_cap_mb=float(sys.argv[1]))
+        opt = torch.optim.AdamW(ddp.parameters())
+        for step in range(2):
+            start = time.perf_counter()
+            ddp(torch.randn(64, 1024, device="cuda")).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            torch.cuda.synchronize()
+            if dist.get_rank() == 0:
+                print(step, next(ddp.parameters()).is_meta, time.perf_counter() - start)
+    """
+    elapsed = {}
+    for cap in ("1", "64"):
+        capsys.readouterr()
+        result = run(tmp_path, prog, nproc=4, args=[cap], cuda_as="meta", count_flops=True)
+        lines = capsys.readouterr().out.split()
+        assert result.ok and lines[1] == lines[4] == "True"
+        assert float(lines[2]) == pytest.approx(float(lines[5]), rel=1e-6)  # the same buckets in both steps
+        elapsed[cap] = float(lines[2])
+    assert elapsed["1"] != elapsed["64"] and min(elapsed.values()) > 0
+
+
+def test_groups_and_works_are_torchs_types(tmp_path, capsys):
+    """In a rank, group.WORLD, new_group's groups and a mesh's are torch ProcessGroups and an async call's handle
+    a torch Work, as under torchrun; a rank outside a group gets torch's marker, whose ranks torch reports as the
+    last such group's."""
+    result = run(tmp_path, """
+        dist.init_process_group("gloo")
+        w = dist.all_reduce(torch.ones(2), async_op=True)
+        g = dist.new_group([0, 1])
+        print(dist.get_rank(), isinstance(dist.group.WORLD, dist.ProcessGroup), isinstance(w, dist.Work), w.wait(),
+              isinstance(g, dist.ProcessGroup), g is dist.GroupMember.NON_GROUP_MEMBER,
+              dist.get_process_group_ranks(g), dist.get_rank(g), dist.get_world_size(g))
+    """, nproc=3, cluster="cpu-host")
+    assert result.ok and sorted(capsys.readouterr().out.splitlines()) == [
+        "0 True True True True False [0, 1] 0 2", "1 True True True True False [0, 1] 1 2",
+        "2 True True True False True [0, 1] -1 -1"]

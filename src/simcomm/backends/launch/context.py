@@ -29,7 +29,7 @@ class RankContext:
     pending_flops: float = 0.0  # torch compute counted since the last synchronising call
     rng: tuple | None = field(default=None, repr=False)  # saved (torch, random, numpy) generator states
     main_module: object = field(default=None, repr=False)  # the script's __main__ as this rank sees it
-    process_group: object = field(default=None, repr=False)  # the default group as a torch ProcessGroup (DDP's)
+    c10d: object = field(default=None, repr=False)  # torch's process-group bookkeeping for this rank (c10d.py)
 
     # ---- random generators: one stream per rank, as each process has its own -------------------------------
     def save_rng(self) -> None:

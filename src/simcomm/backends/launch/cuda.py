@@ -111,6 +111,11 @@ def cuda_functions(originals) -> dict:
         "empty_cache": lambda ctx: None,
         "manual_seed": lambda ctx, seed: None,  # CUDA generators only: mapped tensors use the CPU generator
         "manual_seed_all": lambda ctx, seed: None,
+        # no CUDA generator to save or restore (torch.random.fork_rng over "cuda" devices asks for one)
+        "get_rng_state": lambda ctx, device="cuda": torch.zeros(0, dtype=torch.uint8),
+        "set_rng_state": lambda ctx, new_state, device="cuda": None,
+        "get_rng_state_all": lambda ctx: [torch.zeros(0, dtype=torch.uint8)] * ctx.world.gpus_per_node,
+        "set_rng_state_all": lambda ctx, new_states: None,
         "memory_allocated": lambda ctx, device=None: 0,
         "max_memory_allocated": lambda ctx, device=None: 0,
         "reset_peak_memory_stats": lambda ctx, device=None: None,

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import functools
 import pickle
-from contextlib import contextmanager
 
 import numpy as np
 import torch
 import torch.distributed as tdist
-from torch.autograd import Variable
+import torch.distributed.distributed_c10d as c10d
 from torch.futures import Future
 
 from ... import distributed as sdist
-from ...algorithms.reduce_ops import ReduceOp as SimReduceOp
-from ...algorithms.reduce_ops import make_premul_sum
-from .compute import flush
+from .c10d import forget, note_non_member, torch_group
+from .calls import NOT_INITIALIZED, at_backward_end, blocking, in_backward, sim_op
 from .context import RankContext, current_context
 
 # Everything simcomm serves under torch's names (torch 2.13 has each of these).
@@ -29,50 +27,11 @@ SERVED = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all_gath
           "get_world_size", "irecv", "isend", "monitored_barrier", "new_group", "new_subgroups", "recv", "reduce",
           "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor", "scatter", "scatter_object_list",
           "send")
-NOT_INITIALIZED = ("Default process group has not been initialized, please make sure to call "
-                   "init_process_group.")
-
-
-@contextmanager
-def blocking(ctx: RankContext):
-    """Bracket a call during which other ranks may run: keep this rank's generators, charge its compute first."""
-    ctx.save_rng()
-    try:
-        flush(ctx)
-        yield
-    finally:
-        ctx.restore_rng()
-
-
-def in_backward() -> bool:
-    """True while an autograd backward pass runs on the calling thread."""
-    return torch._C._current_graph_task_id() != -1
-
-
-def at_backward_end(fn) -> None:
-    """Run fn when the running backward pass ends, after its last gradient hook, before later-queued callbacks."""
-    Variable._execution_engine.queue_callback(fn)
-
-
-def sim_op(op):
-    """torch's ReduceOp (or its RedOpType member) as simcomm's."""
-    if isinstance(op, SimReduceOp):
-        return op
-    if isinstance(op, tdist.ReduceOp.RedOpType):
-        return getattr(SimReduceOp, op.name)
-    if isinstance(op, tdist.ReduceOp):
-        if getattr(op, "op", None) == tdist.ReduceOp.RedOpType.PREMUL_SUM:  # made by _make_nccl_premul_sum
-            return make_premul_sum(op.factor)
-        for member in tdist.ReduceOp.RedOpType.__members__.values():
-            if op == member:
-                return getattr(SimReduceOp, member.name)
-        raise ValueError(f"ReduceOp {op!r} is not supported by simcomm launch")
-    return op
-
-
 def _convert(value):
     if isinstance(value, tdist.ProcessGroup) and hasattr(value, "simcomm_group"):  # process_group.SimProcessGroup
         return value.simcomm_group
+    if value is c10d.GroupMember.NON_GROUP_MEMBER:
+        return sdist.GroupMember.NON_GROUP_MEMBER
     if isinstance(value, (tdist.ReduceOp, tdist.ReduceOp.RedOpType)):
         return sim_op(value)
     if isinstance(value, P2POp):
@@ -82,10 +41,11 @@ def _convert(value):
     return value
 
 
-class LaunchWork:
-    """A Work whose wait() first charges the rank's pending compute, keeping its generators as for any call."""
+class LaunchWork(tdist.Work):
+    """A torch Work whose wait() first charges the rank's pending compute, keeping its generators as for any call."""
 
     def __init__(self, work, ctx: RankContext):
+        super().__init__()
         self._work, self._ctx = work, ctx
 
     def wait(self, timeout=None) -> bool:
@@ -140,6 +100,8 @@ def served(name: str, original):
         kwargs = {k: _convert(v) for k, v in kwargs.items()}
         with blocking(ctx):
             result = sim_fn(*args, **kwargs)
+        if name in _GROUP_MAKERS:
+            return _torch_groups(ctx, result, kwargs.get("backend"))
         if isinstance(result, sdist.Work):
             return LaunchWork(result, ctx)
         if isinstance(result, list) and result and isinstance(result[0], sdist.Work):
@@ -149,17 +111,38 @@ def served(name: str, original):
     return wrapper
 
 
+_GROUP_MAKERS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group")
+
+
+def _torch_groups(ctx: RankContext, result, backend):
+    """What a group-making call returns, with simcomm's groups as the rank's torch ProcessGroups."""
+    if isinstance(result, (list, tuple)):
+        return type(result)(_torch_groups(ctx, r, backend) for r in result)
+    if result is None:
+        return None
+    if result is sdist.GroupMember.NON_GROUP_MEMBER:
+        note_non_member(sdist.get_process_group_ranks(result))
+    return torch_group(ctx, result, backend)
+
+
 class P2POp:
-    """torch.distributed.P2POp for a launched rank: op is torch.distributed.isend or irecv (as patched)."""
+    """torch.distributed.P2POp for a launched rank: op is torch.distributed.isend or irecv (as patched). As
+    torch's, it holds its group (the default one when none is given) and its peer both as a global and as a group
+    rank (torch's pipelining schedules issue it again from those)."""
 
     def __init__(self, op, tensor, peer=None, group=None, tag=0, group_peer=None):
         name = getattr(op, "__name__", "")
         if name not in ("isend", "irecv"):
             raise ValueError("Invalid ``op``. Expected ``op`` to be of type ``torch.distributed.isend`` or "
                              "``torch.distributed.irecv``.")
-        self.op, self.tensor, self.peer, self.group, self.tag, self.group_peer = op, tensor, peer, group, tag, \
-            group_peer
-        self.simcomm = sdist.P2POp(getattr(sdist, name), tensor, peer, group, tag, group_peer)
+        self.simcomm = sdist.P2POp(getattr(sdist, name), tensor, peer, _convert(group), tag, group_peer)
+        simcomm_group = _convert(group) if group is not None else sdist.group.WORLD
+        if peer is None and group_peer is not None:
+            peer = sdist.get_global_rank(simcomm_group, group_peer)
+        elif group_peer is None and peer is not None:
+            group_peer = sdist.get_group_rank(simcomm_group, peer)
+        self.op, self.tensor, self.peer, self.tag, self.group_peer = op, tensor, peer, tag, group_peer
+        self.group = group if group is not None else c10d._world.default_pg
 
 
 def _in_rank(fn, original):
@@ -190,13 +173,14 @@ def _init_process_group(ctx: RankContext, backend=None, init_method=None, timeou
     with blocking(ctx):
         sdist.init_process_group(backend, init_method, timeout, world_size, rank)
     ctx.initialized = True
+    c10d._world.default_pg = torch_group(ctx, sdist.group.WORLD, backend)
 
 
 def _destroy_process_group(ctx: RankContext, group=None):
     _require_init(ctx, "destroy_process_group")
     if group is None:
         ctx.initialized = False
-        ctx.process_group = None
+        forget(ctx)
 
 
 def _get_backend(ctx: RankContext, group=None):
@@ -204,17 +188,22 @@ def _get_backend(ctx: RankContext, group=None):
     return tdist.Backend(sdist.get_backend(group))
 
 
-def _send_object_list(ctx: RankContext, object_list, dst=None, group=None, device=None, group_dst=None):
-    """torch's send_object_list: sizes, then the pickled objects as one byte tensor."""
+def _send_object_list(ctx: RankContext, object_list, dst=None, group=None, device=None, group_dst=None,
+                      use_batch=False):
+    """torch's send_object_list: sizes, then the pickled objects as one byte tensor (use_batch, torch's choice of
+    batch_isend_irecv for them, moves the same bytes)."""
     _require_init(ctx, "send_object_list")
+    group = _convert(group)
     data = [np.frombuffer(pickle.dumps(o), dtype=np.uint8) for o in object_list]
     with blocking(ctx):
         sdist.send(np.array([len(d) for d in data], dtype=np.int64), dst, group, group_dst=group_dst)
         sdist.send(np.concatenate(data) if data else np.zeros(0, np.uint8), dst, group, group_dst=group_dst)
 
 
-def _recv_object_list(ctx: RankContext, object_list, src=None, group=None, device=None, group_src=None):
+def _recv_object_list(ctx: RankContext, object_list, src=None, group=None, device=None, group_src=None,
+                      use_batch=False):
     _require_init(ctx, "recv_object_list")
+    group = _convert(group)
     sizes = np.zeros(len(object_list), dtype=np.int64)
     with blocking(ctx):
         sender = sdist.recv(sizes, src, group, group_src=group_src)
@@ -225,24 +214,6 @@ def _recv_object_list(ctx: RankContext, object_list, src=None, group=None, devic
         object_list[i] = pickle.loads(payload[offset:offset + size].tobytes())
         offset += size
     return sender
-
-
-class _GroupNamespace:
-    """torch.distributed.group / GroupMember: simcomm's groups in a rank, torch's elsewhere."""
-
-    def __init__(self, original):
-        self._original = original
-
-    @property
-    def WORLD(self):  # noqa: N802 - torch's spelling
-        ctx = current_context()
-        if ctx is None:
-            return self._original.WORLD
-        return sdist.group.WORLD if ctx.initialized else None
-
-    @property
-    def NON_GROUP_MEMBER(self):  # noqa: N802
-        return sdist.GroupMember.NON_GROUP_MEMBER if current_context() else self._original.NON_GROUP_MEMBER
 
 
 def replacements() -> dict:
@@ -263,8 +234,6 @@ def replacements() -> dict:
     }
     out.update({name: _in_rank(fn, getattr(tdist, name)) for name, fn in simple.items()})
     out["P2POp"] = P2POp
-    out["group"] = _GroupNamespace(tdist.group)
-    out["GroupMember"] = _GroupNamespace(tdist.GroupMember)
     return out
 
 

@@ -1,40 +1,43 @@
-"""A torch ProcessGroup per launched rank, served by simcomm: what DistributedDataParallel talks to.
+"""A torch ProcessGroup served by simcomm: each group a launched rank is handed (c10d.py registers them).
 
-DDP does not call torch.distributed's Python functions for its gradients: its C++ Reducer (and the C++ helpers
-that check parameter shapes and broadcast the initial state) call the process group object's own methods. torch
-lets a Python subclass of ProcessGroup stand in for the C++ one, so each rank gets a SimProcessGroup whose
-allreduce / broadcast / allgather / barrier run simcomm's collectives on the rank's group. Every rank issues
-DDP's bucket all-reduces in the same order, so they meet as they would on a real cluster. An all-reduce issued
-during a backward pass (a gradient bucket) starts and returns at once, overlapping the rest of the backward pass in
-simulated time as DDP does; the others complete before the method returns.
+Much of torch does not call torch.distributed's Python functions but the process group object's own methods:
+DDP's C++ Reducer (and the C++ helpers that check parameter shapes and broadcast the initial state), the
+functional collectives DTensor issues (all_gather_into_tensor, reduce_scatter_tensor, all_reduce, all_to_all_single
+on a group found by name), and c10d's own Python functions that torch's modules import directly (scatter in
+DTensor's mesh_scatter, the pipelining stages' sends and receives). torch lets a Python subclass of ProcessGroup
+stand in for the C++ one, so every such method here runs simcomm's collective on the rank's group, with the root
+and peer ranks of torch's options as group ranks. Every rank issues them in the same order, so they meet as they
+would on a real cluster. An all-reduce issued during a backward pass (a DDP gradient bucket) starts and returns at
+once, overlapping the rest of the backward pass in simulated time as DDP does; the others complete before the
+method returns (sends and receives when waited for).
 """
 from __future__ import annotations
-
-import functools
 
 import torch
 import torch.distributed as tdist
 from torch.futures import Future
 
 from ... import distributed as sdist
-from .context import RankContext, current_context
-from .dist import NOT_INITIALIZED, at_backward_end, blocking, in_backward, sim_op
+from .calls import at_backward_end, blocking, in_backward, sim_op
+from .context import RankContext
 
 
 class SimWork(tdist._Work):
-    """A collective's work: finished when made (future set), or, given `finish`, finished by calling it (which
-    sets the future)."""
+    """A collective's work: finished when made, or, given `finish`, finished by calling it (which may set
+    `future` itself; otherwise the future gets the tensors)."""
 
     def __init__(self, tensors, future: Future | None = None, finish=None):
         super().__init__()
         self._future = future if future is not None else Future()
-        if future is None:
+        self._tensors, self._finish = tensors, finish
+        if finish is None:
             self._future.set_result(tensors)
-        self._finish = finish
 
     def wait(self, timeout=None) -> bool:
         if not self._future.done():
             self._finish()
+        if not self._future.done():
+            self._future.set_result(self._tensors)
         return True
 
     def is_completed(self) -> bool:
@@ -53,7 +56,21 @@ class SimProcessGroup(tdist.ProcessGroup):
     def __init__(self, ctx: RankContext, group):
         super().__init__(sdist.get_rank(group), sdist.get_world_size(group))
         self.simcomm_group, self._ctx = group, ctx
+        self._name, self._desc = "", ""
         self._in_flight: list[tuple] = []  # (simcomm Works, torch Future, tensors) issued during a backward pass
+
+    # torch's C++ side keeps a group's name and description on its backends, which this group has none of
+    def getGroupName(self) -> str:  # noqa: N802 - torch's name
+        return self._name
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802
+        self._name = name
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self._desc
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        self._desc = desc
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         # only torch's C++ side asks (DDP's logger looks a known name up among the group's C++ backends, which
@@ -113,43 +130,77 @@ class SimProcessGroup(tdist.ProcessGroup):
         self._run(sdist.all_gather_into_tensor, output, input)
         return SimWork([output])
 
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        for output, input in zip(outputs, inputs):  # noqa: A001 - torch's name
+            self._run(sdist.all_gather_into_tensor, output, input)
+        return SimWork(outputs)
+
+    def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
+        self._run(sdist.reduce_scatter_tensor, output, input, op=_op(opts))
+        return SimWork([output])
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        for output, input in zip(outputs, inputs):  # noqa: A001 - torch's name
+            self._run(sdist.reduce_scatter_tensor, output, input, op=_op(opts))
+        return SimWork(outputs)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        for output, inputs in zip(outputs, input_lists):
+            self._run(sdist.reduce_scatter, output, inputs, op=_op(opts))
+        return SimWork(outputs)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        for t in tensors:
+            self._run(sdist.all_reduce, t, op=_op(opts))
+        return SimWork(tensors)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
+        self._run(sdist.all_to_all_single, output, input, output_split_sizes or None, input_split_sizes or None)
+        return SimWork([output])
+
+    def alltoall(self, outputs, inputs, opts=None):
+        self._run(sdist.all_to_all, outputs, inputs)
+        return SimWork(outputs)
+
+    def reduce(self, tensors, opts=None):
+        for t in tensors:
+            self._run(sdist.reduce, t, op=_op(opts), group_dst=opts.rootRank)
+        return SimWork(tensors)
+
+    def gather(self, output_lists, inputs, opts=None):
+        root = opts.rootRank
+        for i, t in enumerate(inputs):
+            self._run(sdist.gather, t, output_lists[i] if self.rank() == root else None, group_dst=root)
+        return SimWork(output_lists)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        root = opts.rootRank
+        for i, t in enumerate(outputs):
+            self._run(sdist.scatter, t, input_lists[i] if self.rank() == root else None, group_src=root)
+        return SimWork(outputs)
+
+    def send(self, tensors, dst, tag=0):
+        works = [self._run(sdist.isend, t, group_dst=dst, tag=tag) for t in tensors]
+        return SimWork(tensors, finish=lambda: self._wait(works))
+
+    def recv(self, tensors, src, tag=0):
+        works = [self._run(sdist.irecv, t, group_src=src, tag=tag) for t in tensors]
+        return SimWork(tensors, finish=lambda: self._wait(works))
+
+    def _wait(self, works) -> None:
+        with blocking(self._ctx):
+            for work in works:
+                work.wait()
+
     def barrier(self, opts=None):
         self._run(sdist.barrier)
         return SimWork([])
 
 
-def default_process_group(original):
-    """torch's _get_default_group, returning the calling rank's SimProcessGroup inside a launched rank."""
-    def get_default_group():
-        ctx = current_context()
-        if ctx is None:
-            return original()
-        if not ctx.initialized:
-            raise ValueError(NOT_INITIALIZED)
-        if ctx.process_group is None:
-            ctx.process_group = SimProcessGroup(ctx, sdist.group.WORLD)
-        return ctx.process_group
-    return get_default_group
+def _op(opts):
+    """The reduce op of a C++ caller's options (SUM when it gives none)."""
+    op = getattr(opts, "reduceOp", None)
+    return tdist.ReduceOp.SUM if op is None else op
 
 
-def ddp_init(original):
-    """DistributedDataParallel.__init__ for launched ranks: a script's "cuda" modules live on the CPU here, where
-    DDP refuses device_ids / output_device, so those two are dropped (they only place inputs and outputs); a
-    process_group from new_group becomes that group's SimProcessGroup."""
-    @functools.wraps(original)
-    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
-        ctx = current_context()
-        if ctx is not None:
-            if any(p.is_meta for p in module.parameters()):
-                # DDP's C++ side reads its bucket and shape metadata back from the parameters' device
-                raise NotImplementedError("DistributedDataParallel under simcomm launch needs parameters with data: "
-                                          "run without --cuda-as meta (a module on the meta device has none)")
-            device_ids = output_device = None
-            group = kwargs.get("process_group")
-            if group is not None and not isinstance(group, SimProcessGroup):  # a group from new_group
-                kwargs["process_group"] = SimProcessGroup(ctx, group)
-        original(self, module, device_ids, output_device, *args, **kwargs)
-    return __init__
-
-
-__all__ = ["SimProcessGroup", "SimWork", "ddp_init", "default_process_group"]
+__all__ = ["SimProcessGroup", "SimWork"]

@@ -17,14 +17,15 @@ from ...units import parse_positive, parse_whole
 from ...vocab import MAX_NODES, MAX_RANKS_PER_NODE
 from ..placement import torchrun_cluster
 from . import clock as launch_clock
+from .c10d import RankWorlds
 from . import multiprocessing as launch_mp
 from .cuda import LaunchDevice, cuda_functions
+from .ddp import patches as ddp_patches
 from .dist import replacements
 from .locks import patches as lock_patches
 from .mesh import patches as mesh_patches
 from .environ import RankEnviron
 from .patching import Patcher
-from .process_group import ddp_init, default_process_group
 from .script import MainProxy, Script
 from .world import Options, World, intra_op_threads
 
@@ -74,10 +75,9 @@ class _Launch:
             p.set(tdist, name, fn)
         for owner, name, fn in mesh_patches():
             p.set(owner, name, fn)
-        for module in (tdist.distributed_c10d, torch.nn.parallel.distributed):  # DDP's default group
-            p.set(module, "_get_default_group", default_process_group(module._get_default_group))
-        ddp = torch.nn.parallel.DistributedDataParallel
-        p.set(ddp, "__init__", ddp_init(ddp.__init__))
+        p.set(tdist.distributed_c10d, "_world", RankWorlds(tdist.distributed_c10d._world))
+        for owner, name, fn in ddp_patches():
+            p.set(owner, name, fn)
         originals = {name: getattr(torch.cuda, name) for name in dir(torch.cuda)}
         for name, fn in cuda_functions(originals).items():
             p.set(torch.cuda, name, fn)

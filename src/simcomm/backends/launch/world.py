@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ...distributed.spawn import SpawnResult, spawn
 from ...errors import SimcommError
+from .c10d import forget
 from .compute import FlopCounter
 from .context import RankContext, current_context, set_context
 from .cuda import DeviceMode
@@ -91,6 +92,7 @@ class World:
             finally:
                 for m in reversed(modes):
                     m.__exit__(None, None, None)
+                forget(ctx)  # the rank's torch groups, as its process's end would
                 set_context(None)
 
         try:

@@ -180,7 +180,9 @@ def _attention_kernels(shape: LayerShape, backward: bool) -> tuple[Kernel, ...]:
     batches = b * heads
     scores = batches * sq * skv * shape.elem
     drop = c.attention_dropout > 0
-    fwd = (Kernel("scores", GEMM, (batches * sq, skv, d), 2.0 * batches * sq * skv * d),
+    # Megatron's fused scale-mask-softmax kernel takes 16-bit scores; fp32 masks in a pass of its own (torch)
+    mask = (_mem("attention_mask", 2 * scores),) if shape.elem == 4 else ()
+    fwd = (Kernel("scores", GEMM, (batches * sq, skv, d), 2.0 * batches * sq * skv * d), *mask,
            _mem("softmax", 2 * scores, "softmax"))
     fwd += (_mem("attention_dropout", 2 * scores + scores / 2),) if drop else ()
     fwd += (Kernel("attention_x_v", GEMM, (batches * sq, d, skv), 2.0 * batches * sq * skv * d),)
@@ -188,8 +190,9 @@ def _attention_kernels(shape: LayerShape, backward: bool) -> tuple[Kernel, ...]:
         return fwd
     out = (Kernel("attention_x_v.backward", GEMM, (batches * sq, skv, 2 * d), 4.0 * batches * sq * skv * d),)
     out += (_mem("attention_dropout.backward", 2.5 * scores),) if drop else ()
-    return out + (_mem("softmax.backward", 3 * scores, "softmax"),
-                  Kernel("scores.backward", GEMM, (batches * sq, 2 * d, skv), 4.0 * batches * sq * skv * d))
+    out += (_mem("softmax.backward", 3 * scores, "softmax"),)
+    out += (_mem("attention_mask.backward", 2 * scores),) if mask else ()
+    return out + (Kernel("scores.backward", GEMM, (batches * sq, 2 * d, skv), 4.0 * batches * sq * skv * d),)
 
 
 def _cp_ring(shape: LayerShape, backward: bool) -> Comm | None:

@@ -105,6 +105,32 @@ def gelu_backward(dy, cache):
     return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
+# ---- sigmoid and SwiGLU (Megatron's gated linear unit with SiLU) ---------------------------------------------
+def sigmoid(x):
+    """1 / (1 + exp(-x)), written with tanh so that no exponential overflows."""
+    if is_meta(x):
+        return as_meta(x)
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def swiglu(x):
+    """silu(a) * b where [a | b] are the two halves of x's last axis (Megatron's glu: torch.chunk(x, 2) then
+    F.silu on the first); returns (y, cache), y half as wide as x."""
+    if is_meta(x):
+        return Meta(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype), None
+    a, b = np.split(x, 2, axis=-1)
+    sig = sigmoid(a)
+    return a * sig * b, (a, b, sig)
+
+
+def swiglu_backward(dy, cache):
+    """dx [..., 2f] for dy [..., f]."""
+    if cache is None:
+        return Meta(dy.shape[:-1] + (2 * dy.shape[-1],), dy.dtype)
+    a, b, sig = cache
+    return np.concatenate([dy * b * sig * (1.0 + a * (1.0 - sig)), dy * a * sig], axis=-1)
+
+
 # ---- embeddings ------------------------------------------------------------------------------------------
 def embedding(ids, weight, start: int = 0):
     """Rows `ids - start` of weight ([..., h]); ids outside [start, start + rows) give zeros (a vocabulary

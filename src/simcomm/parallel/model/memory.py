@@ -196,7 +196,7 @@ def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
 def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> StageMemory:
     """Peak memory of one GPU of pipeline rank `rank` under the layout's schedule."""
     cfg, dims = layout.config, layout.dims
-    shape = LayerShape(layout.model, dims.tp, dims.cp, cfg.sp, cfg.micro_batch_size, cfg.use_flash_attn,
+    shape = LayerShape(layout.model, dims.tp, dims.cp, cfg.sp, cfg.micro_batch_size, cfg.flash_attention,
                        cfg.tp_comm_overlap, 4 if cfg.param_bytes == 4 else 2)
     params = stage_parameters(layout, rank)
     n = sum(params.values())
