@@ -68,7 +68,7 @@ def logs(draw):
 
 def render(log: dict) -> str:
     if log["form"] == "json":
-        doc = {"config": {"nRanks": log["devices"] or None}, "results": [
+        doc = {"devices": [{"rank": r} for r in range(log["devices"])], "results": [
             {"name": log["collective"] or "", "size": _json(r["size"]), "count": _json(r["count"]), "type": r["type"],
              "redop": r["redop"], "root": _json(r["root"]),
              "out_of_place": {"time": _json(r["time"]), "algbw": _json(r["algbw"]), "busbw": _json(r["busbw"])},

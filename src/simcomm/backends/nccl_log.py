@@ -248,8 +248,9 @@ def _float(value) -> float:
 
 
 def _whole(value, what: str, source: str, i: int) -> int:
+    """A JSON field that holds a whole number (nccl-tests writes some as strings, such as a root of "-1")."""
     if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-                                       or (isinstance(value, str) and _INT_RE.match(value))):
+                                       or (isinstance(value, str) and _INT_RE.match(value.removeprefix("-")))):
         raise LogError(f"{source}: results[{i}]: {what} must be a whole number, got {value!r}"[:300])
     return int(value.replace("_", "").replace(",", "")) if isinstance(value, str) else int(value)
 
