@@ -33,4 +33,5 @@ for step in range(args.steps):
     optimizer.step()
     optimizer.zero_grad()
     print(f"rank {rank} step {step} loss {loss.item():.6f} param sum {sum(p.sum().item() for p in params):.6f}")
+dist.barrier()  # every rank done communicating before any tears gloo down (a lone exit can abort a peer)
 dist.destroy_process_group()

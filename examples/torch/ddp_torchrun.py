@@ -70,4 +70,5 @@ for step in range(args.steps):
     print(f"rank {rank} step {step} loss {loss.item():.8f}")
 weights = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
 print(f"rank {rank} weights sum {weights.sum().item():.8f} max {weights.abs().max().item():.8f}")
+dist.barrier()  # every rank done communicating before any tears gloo down (a lone exit can abort a peer)
 dist.destroy_process_group()

@@ -37,4 +37,5 @@ print(f"rank {rank} dp {dist.get_process_group_ranks(dp)} mean {g.item() / mesh.
 sub = mesh["dp", "tp"]
 print(f"rank {rank} (dp, tp) coordinate {tuple(sub.get_coordinate())} groups "
       f"{[dist.get_process_group_ranks(sub.get_group(d)) for d in ('dp', 'tp')]}")
+dist.barrier()  # every rank done communicating before any tears gloo down (a lone exit can abort a peer)
 dist.destroy_process_group()

@@ -100,4 +100,5 @@ for step in range(args.steps):
 if not meta:
     total = sum(float(p.detach().to_local().double().sum()) for p in model.parameters())
     print(f"rank {rank} weights {total:.6f}")
+dist.barrier()  # every rank done communicating before any tears gloo down (a lone exit can abort a peer)
 dist.destroy_process_group()

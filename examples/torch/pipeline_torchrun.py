@@ -54,4 +54,5 @@ for step in range(args.steps):
     optimizer.zero_grad()
     if losses:
         print(f"rank {rank} step {step} loss {sum(loss.item() for loss in losses) / len(losses):.6f}")
+dist.barrier()  # every rank done communicating before any tears gloo down (a lone exit can abort a peer)
 dist.destroy_process_group()

@@ -1,4 +1,5 @@
-"""The lecture's data / tensor / pipeline parallel examples, completed (backward and AdamW), on simcomm or real gloo.
+"""The lecture's data / tensor / pipeline parallel examples (scenarios/lecture.py), completed (backward and AdamW),
+on simcomm or real gloo.
 
     python examples/training/lecture.py data_parallelism --ranks 4
     python examples/training/lecture.py pipeline_parallelism --ranks 4 --layers 8
@@ -7,11 +8,15 @@
 Prints each rank's loss per step and what it sent (simcomm), or the comparison with real torch.distributed.
 """
 import argparse
+import sys
+from pathlib import Path
 
 import simcomm
-from simcomm.parallel.examples import EXAMPLES, run_example
 from simcomm.units import format_size
 from simcomm.workloads.traffic import bytes_sent
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scenarios"))  # the lecture's programs live there
+from lecture import EXAMPLES, run_example  # noqa: E402
 
 
 def main():

@@ -26,7 +26,7 @@ def one(nodes, layers=80, m=32, pp=4):
     sim = StepModel(build_layout(model, cfg, cluster.num_ranks), cluster, check_memory=False)
     res = sim.run()
     return {"gpus": nodes * 8, "layers": layers, "microbatches": m, "pp": pp, "wall": time.perf_counter() - t0,
-            "events": sim.session.stats()["events"], "step_time": res.step_time, **res.traffic}
+            "events": res.simulation.stats()["events"], "step_time": res.step_time, **res.traffic}
 
 
 # what each sweep varies, and the fixed point (nodes, layers, micro-batches, stages) it varies it around

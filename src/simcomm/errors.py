@@ -33,6 +33,15 @@ class SimcommError(Exception):
     """Base of simcomm's user-facing errors (the CLI prints these without a traceback)."""
 
 
+class SettingError(SimcommError):
+    """A setting that cannot work; `field` is the one to change (None: no single one), so a scenario's error names
+    the key without reading the message."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
 class DistError(SimcommError, ValueError):
     """Invalid use of the distributed API (bad rank, bad argument), mirroring torch.distributed's ValueErrors."""
 

@@ -2,15 +2,29 @@
 losses and weights as on simcomm with gloo numerics: the lecture's DP/TP/PP examples and the numeric GPT under
 DP (ZeRO-1 and ZeRO-3), TP with sequence parallelism, CP (ring attention), PP (1F1B and interleaved 1F1B) and
 their combinations. simcomm's gloo numerics reduce in gloo's order, so every layout is compared bitwise."""
+import sys
+from pathlib import Path
+
 from simcomm.backends.torch_runner import compare
-from simcomm.parallel.examples import run_example
+from simcomm.parallel import TrainingConfig, build_layout
 from simcomm.parallel.model.config import TransformerConfig
-from simcomm.parallel.parallelize import train_with
-from simcomm.parallel.train_config import TrainConfig
+from simcomm.parallel.numeric_training import train_with
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scenarios"))
+from lecture import run_example  # noqa: E402  (the lecture's programs, beside the scenarios that run them)
 
 MODEL = TransformerConfig(num_layers=2, hidden_size=16, num_attention_heads=4, seq_length=8, padded_vocab_size=32,
                           num_query_groups=2)
-BASE = TrainConfig(MODEL, global_batch_size=8, train_iters=2, optimizer_args={"lr": 1e-2})
+
+
+def layout(model=MODEL, micro_batch_size=None, **kw):
+    """One of the 4-rank layouts below (micro-batches default to one per data-parallel replica)."""
+    world = 4
+    dp = world // (kw.get("tensor_model_parallel_size", 1) * kw.get("pipeline_model_parallel_size", 1) *
+                   kw.get("context_parallel_size", 1))
+    config = TrainingConfig(global_batch_size=8, train_iters=2, lr=1e-2, micro_batch_size=micro_batch_size or 8 // dp,
+                            **kw)
+    return build_layout(model, config, world)
 
 
 def lecture_examples(rank, dist):
@@ -20,8 +34,8 @@ def lecture_examples(rank, dist):
             run_example(rank, dist, "pipeline_parallelism", 16, 16, 4, 4, 3, 1e-2)]
 
 
-def gpt_layouts(rank, dist, configs):
-    return [train_with(rank, dist, cfg) for cfg in configs]
+def gpt_layouts(rank, dist, layouts):
+    return [train_with(rank, dist, lay) for lay in layouts]
 
 
 def test_lecture_examples_on_real_gloo_are_bitwise_equal():
@@ -33,22 +47,21 @@ def test_lecture_examples_on_real_gloo_are_bitwise_equal():
 
 
 def test_gpt_dp_tp_pp_on_real_gloo_are_bitwise_equal():
-    base = BASE
-    configs = [base.replace(data_parallel_size=4, micro_batch_size=1, data_parallel="zero1", bucket_size=500),
-               base.replace(tensor_model_parallel_size=2, sequence_parallel=True, data_parallel_size=2),
-               base.replace(pipeline_model_parallel_size=2, data_parallel_size=2, micro_batch_size=2),
-               base.replace(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, micro_batch_size=2)]
+    configs = [layout(micro_batch_size=1, zero_stage=1, bucket_size=500),
+               layout(tensor_model_parallel_size=2, sequence_parallel=True),
+               layout(pipeline_model_parallel_size=2, micro_batch_size=2),
+               layout(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, micro_batch_size=2)]
     result = compare(gpt_layouts, (configs,), nprocs=4, timeout=240)
     assert result.equal, str(result)
     assert all(r["params"] for r in result.simulated[0])  # weights were compared, not only losses
 
 
 def test_gpt_zero3_cp_interleaved_on_real_gloo_are_bitwise_equal():
-    configs = [BASE.replace(data_parallel_size=4, micro_batch_size=1, data_parallel="zero3"),
-               BASE.replace(context_parallel_size=2, data_parallel_size=2, data_parallel="zero1"),
-               BASE.replace(model=MODEL.with_overrides(num_layers=4), pipeline_model_parallel_size=2,
-                            virtual_pipeline_model_parallel_size=2, data_parallel_size=2, micro_batch_size=2,
-                            pipeline_schedule="interleaved_1f1b", data_parallel="zero3", overlap_grad_reduce=True)]
+    configs = [layout(micro_batch_size=1, zero_stage=3),
+               layout(context_parallel_size=2, zero_stage=1),
+               layout(model=MODEL.with_overrides(num_layers=4), pipeline_model_parallel_size=2,
+                      virtual_pipeline_model_parallel_size=2, micro_batch_size=2,
+                      pipeline_schedule="interleaved_1f1b", zero_stage=3, overlap_grad_reduce=True)]
     result = compare(gpt_layouts, (configs,), nprocs=4, timeout=240)
     assert result.equal, str(result)
     for zero3, cp, interleaved in result.simulated:  # weights were compared, not only losses

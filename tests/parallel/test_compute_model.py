@@ -10,9 +10,9 @@ from simcomm.hardware.presets import A100_SXM, CPU_PROC, H100_SXM, H200_SXM
 from simcomm.parallel import compute_fit as cf
 from simcomm.parallel import compute_model as cm
 from simcomm.parallel.calibration import BLOCK_MS, GROUPED_SPLIT_US
-from simcomm.parallel.model import layer_ops as ops
+from simcomm.parallel.model import programs as ops
+from simcomm.parallel.model.layer import LayerShape
 from simcomm.parallel.model.config import model_preset
-from simcomm.parallel.templates import kernel_seconds
 
 H100, H200 = cm.ComputeModel(H100_SXM), cm.ComputeModel(H200_SXM)
 
@@ -137,9 +137,9 @@ def _block_ms(model: cm.ComputeModel, seq: int, batch: int) -> float:
     """Forward + backward of the measured Llama block through the layer programs (fp32 runs unfused attention,
     as Megatron-Core does)."""
     fp32 = model.precision in ("fp32", "tf32")
-    shape = ops.LayerShape(model_preset("llama3-8b", seq_length=seq), 1, 1, False, batch, not fp32, False,
+    shape = LayerShape(model_preset("llama3-8b", seq_length=seq), 1, 1, False, batch, not fp32, False,
                            4 if fp32 else 2)
-    return 1e3 * sum(kernel_seconds(model, kern) for program in (ops.layer_forward, ops.layer_backward)
+    return 1e3 * sum(model.kernel(kern) for program in (ops.layer_forward, ops.layer_backward)
                      for step in program(shape) for kern in step.compute)
 
 

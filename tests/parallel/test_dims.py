@@ -54,3 +54,13 @@ def test_grid_is_read_only():
     with pytest.raises(ValueError):
         d.grid[0, 0, 0, 0] = 5
     assert np.array_equal(d.grid.ravel(), np.arange(4))
+
+
+def test_the_grid_is_indexed_by_axis_name():
+    d = ParallelDims(tp=2, cp=2, pp=2, world_size=16)  # dp = 2
+    assert d.ranks(pp=1, dp=0).tolist() == [[8, 9], [10, 11]]  # one replica of stage 1: (cp, tp)
+    assert d.ranks(pp=0, tp=1).tolist() == [[1, 3], [5, 7]]  # the dp x cp ranks holding TP rank 1's weights
+    assert int(d.ranks(pp=1, dp=1, cp=0, tp=1)) == 13
+    # several axes at once: each row one group, dp outer and cp inner (Megatron's data-parallel group with CP)
+    assert d.groups(Axis.DP, Axis.CP).tolist()[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert d.groups("cp", "dp").tolist() == d.groups("dp", "cp").tolist()

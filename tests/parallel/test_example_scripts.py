@@ -14,7 +14,7 @@ def run(script, *args) -> str:
 
 def test_gpt_script_matches_serial_training():
     text = run("gpt.py", "--tp", "2", "--pp", "2", "--micro-batch", "4", "--sequence-parallel", "--steps", "2")
-    assert "tp=2 cp=1 dp=1 pp=2 (4 ranks), 2 microbatches of 4, 1f1b, ddp" in text
+    assert "tp=2 cp=1 dp=1 pp=2 (4 ranks), 2 microbatches of 4, 1f1b, zero 0" in text
     steps = [line.split() for line in text.splitlines() if line.startswith("step ")]
     assert len(steps) == 2 and all(float(s[3]) == float(s[5]) for s in steps)  # loss printed to 12 digits
     worst = float(text.rsplit(":", 1)[1])

@@ -7,7 +7,7 @@ import pytest
 from simcomm.hardware import build_cluster
 from simcomm.parallel import TrainingConfig, model_preset
 from simcomm.parallel import search
-from simcomm.parallel.step import StepModel
+from simcomm.parallel.step_cost import StepModel
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_a_planned_step_is_the_step_model(planned):
     cand = search.Candidate(best["tp"], best["pp"], best["cp"], best["mbs"], best["schedule"], best["v"],
                             best["zero"], None if best["recompute"] == "none" else best["recompute"])
     from simcomm.parallel import build_layout
-    layout = build_layout(model, cand.config(base, model.num_layers // cand.pp), cluster.num_ranks)
+    layout = build_layout(model, cand.config(base), cluster.num_ranks)
     assert StepModel(layout, cluster).run().step_time == pytest.approx(best["step_time"], rel=1e-12)
 
 

@@ -4,8 +4,9 @@ import pytest
 
 import simcomm
 from simcomm.parallel.model.config import TransformerConfig
-from simcomm.parallel.parallelize import train
-from simcomm.parallel.train_config import TrainConfig
+from simcomm.parallel.numeric_training import train
+
+from .helpers import numeric
 
 MODEL = TransformerConfig(num_layers=4, hidden_size=16, num_attention_heads=4, seq_length=8, padded_vocab_size=32,
                           num_query_groups=2)
@@ -20,14 +21,15 @@ def signature(timeline):
 @pytest.mark.parametrize("layout", [
     dict(tensor_model_parallel_size=2, sequence_parallel=True, context_parallel_size=2,
          pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, micro_batch_size=4,
-         pipeline_schedule="interleaved_1f1b", data_parallel="zero3", overlap_grad_reduce=True),
-    dict(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, data_parallel_size=2, micro_batch_size=2,
-         data_parallel="zero1", bucket_size=300),
+         pipeline_schedule="interleaved_1f1b", zero_stage=3, overlap_grad_reduce=True),
+    dict(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, dp=2, micro_batch_size=2,
+         zero_stage=1, bucket_size=300),
 ])
 def test_size_only_run_equals_the_run_with_data(layout):
-    cfg = TrainConfig(MODEL, global_batch_size=8, train_iters=2, **layout)
-    with_data = simcomm.spawn(train, args=(cfg,), nprocs=cfg.world_size)
-    shapes = simcomm.spawn(train, args=(cfg.replace(size_only=True),), nprocs=cfg.world_size)
+    lay = numeric(MODEL, train_iters=2, **layout)
+    with_data = simcomm.spawn(train, args=(lay,), nprocs=lay.world_size)
+    shapes = simcomm.spawn(train, args=(numeric(MODEL, train_iters=2, size_only=True, **layout),),
+                           nprocs=lay.world_size)
     assert signature(shapes.timeline) == signature(with_data.timeline)
     assert shapes.elapsed == with_data.elapsed > 0
     assert all(r["params"] is None and all(x is None for x in r["loss"]) for r in shapes.results)
@@ -38,10 +40,10 @@ def test_a_large_model_runs_size_only():
     """GPT-3 1.3B's shapes (no array of them is ever allocated) on 8 GPUs: the step takes simulated
     milliseconds, and the per-rank state follows from the parameter count."""
     from simcomm.parallel.model.config import model_preset
-    cfg = TrainConfig(model_preset("gpt3-1.3b"), tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
-                      data_parallel_size=2, data_parallel="zero1", global_batch_size=4, micro_batch_size=1,
-                      sequence_parallel=True, size_only=True, params_dtype="bfloat16")
-    res = simcomm.spawn(train, args=(cfg,), nprocs=8, detail="steps")
+    lay = numeric(model_preset("gpt3-1.3b"), tensor_model_parallel_size=2, pipeline_model_parallel_size=2, dp=2,
+                  use_distributed_optimizer=True, global_batch_size=4, micro_batch_size=1, sequence_parallel=True,
+                  size_only=True, params_dtype="bfloat16")
+    res = simcomm.spawn(train, args=(lay,), nprocs=8, detail="steps")
     assert 1e-3 < res.elapsed < 1.0
     # bytes this rank keeps: its quarter of the model (TP x PP) in bf16, gradients whole, AdamW moments sharded
     held = res.results[0]["state_bytes"]

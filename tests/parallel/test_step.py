@@ -6,9 +6,9 @@ import pytest
 from simcomm.errors import OutOfMemoryError
 from simcomm.hardware import build_cluster
 from simcomm.parallel import StepModel, TrainingConfig, build_layout, model_preset
+from simcomm.parallel.layer_timing import PROGRAMS, TemplateRunner
 from simcomm.parallel.pipeline_parallel.schedules import FORWARD, makespan, timeline
-from simcomm.parallel.step import PROGRAMS, optimizer_seconds
-from simcomm.parallel.templates import TemplateRunner
+from simcomm.parallel.step_cost import optimizer_seconds
 
 WIDE = model_preset("gpt3-13b", num_layers=24, padded_vocab_size=256)  # the layers dominate every stage
 
@@ -89,7 +89,7 @@ def test_recompute_costs_compute_and_saves_memory():
 
 def test_zero3_gathers_every_layer_every_pass():
     sim, res = step(model_preset("gpt3-1.3b"), global_batch_size=16, zero_stage=3, micro_batch_size=2)
-    gathers = [a for a in sim.session.sim.recorder.activities() if a.kind == "collective" and a.rank == 0
+    gathers = [a for a in res.simulation.recorder.activities() if a.kind == "collective" and a.rank == 0
                and a.tags.get("phase") == "param_gather"]
     layers = 24 + 2  # decoder layers, embedding, output
     assert len(gathers) == layers * 2 * 1  # forward and backward of the one micro-batch per replica
@@ -111,7 +111,7 @@ def test_same_inputs_same_step():
 def test_records_carry_stage_microbatch_layer_and_axis():
     sim, res = step(model_preset("llama3-8b"), nodes=2, global_batch_size=16, tensor_model_parallel_size=4,
                     pipeline_model_parallel_size=2, sequence_parallel=True)
-    acts = sim.session.sim.recorder.activities()
+    acts = res.simulation.recorder.activities()
     layers = [a for a in acts if a.kind == "compute" and "layer" in a.tags]
     assert {a.tags["stage"] for a in layers} == {0, 1}
     assert {a.tags["layer"] for a in layers if a.tags["stage"] == 1} >= set(range(16, 32))
@@ -129,23 +129,24 @@ SMALL = model_preset("llama3-8b", num_layers=4)
 def test_context_parallel_rings_run_on_the_cp_groups_and_gradients_over_dp_x_cp():
     sim, res = step(SMALL, nodes=2, global_batch_size=4, tensor_model_parallel_size=4, context_parallel_size=2,
                     sequence_parallel=True, use_distributed_optimizer=True, overlap_grad_reduce=True)
-    grid = sim.dims.grid  # [pp, dp, cp, tp]
-    assert (sim.dims.tp, sim.dims.cp, sim.dims.dp) == (4, 2, 2)
+    dims = sim.dims
+    assert (dims.tp, dims.cp, dims.dp) == (4, 2, 2)
+    replica = dims.ranks(pp=0, dp=0)  # (cp, tp)
     assert res.breakdown["cp"] >= 0 and res.step_time > 0
-    acts = sim.session.sim.recorder.activities()
+    acts = res.simulation.recorder.activities()
     cp = [a for a in acts if a.tags.get("axis") == "cp"]
     # every GPU of the replica passes K,V around its ring in forward and backward
-    assert {a.rank for a in cp} == set(grid[0, 0].reshape(-1).tolist())
+    assert {a.rank for a in cp} == set(replica.reshape(-1).tolist())
     assert {a.tags["phase"] for a in cp} == {"forward", "backward"} and all(a.kind == "p2p" for a in cp)
     # the layer's ring: each TP rank sends to the same TP rank of the next CP rank
-    runner = TemplateRunner(sim.cluster, sim.cm, grid[0, 0], "bfloat16")
+    runner = TemplateRunner(sim.cluster, sim.cm, replica, "bfloat16")
     runner.run("layer.forward", PROGRAMS["layer.forward"](sim.shape))
     sends = {(a.rank, a.peer) for a in runner.session.sim.recorder.activities() if a.kind == "p2p"}
-    ring = {(int(grid[0, 0, c, t]), int(grid[0, 0, (c + 1) % 2, t])) for c in range(2) for t in range(4)}
+    ring = {(int(replica[c, t]), int(replica[(c + 1) % 2, t])) for c in range(2) for t in range(4)}
     assert sends == ring
     # weight gradients are reduced over dp x cp (Megatron widens the data-parallel group by CP)
     reduce = {a.rank for a in acts if a.kind == "collective" and a.tags.get("phase") == "grad_reduce"}
-    groups = [set(grid[0, :, :, t].reshape(-1).tolist()) for t in range(4)]
+    groups = [set(dims.ranks(pp=0, tp=t).reshape(-1).tolist()) for t in range(4)]
     touched = [g for g in groups if g & reduce]
     assert touched and all(g <= reduce for g in touched) and reduce == set().union(*touched)
 
@@ -197,7 +198,7 @@ def test_zero2_reduce_scatters_every_microbatch():
     counts = {}
     for zero in (1, 2):
         sim, res = step(**kw, zero_stage=zero)
-        ops = [a for a in sim.session.sim.recorder.activities() if a.kind == "collective" and a.rank == 0
+        ops = [a for a in res.simulation.recorder.activities() if a.kind == "collective" and a.rank == 0
                and a.tags.get("phase") == "grad_reduce"]
         assert {a.tags["collective"] for a in ops} == {"reduce_scatter"}
         counts[zero] = len(ops)

@@ -10,6 +10,11 @@ from simcomm.report.nccl_tests import (Header, nccl_column_header, nccl_json, nc
                                        nccl_time)
 from simcomm.workloads.perf import PerfRow, run_perf
 
+
+def row(collective, size, count, ranks, time, algorithm, protocol):
+    """A row as a run would record it (a collective of `time` seconds from t = 0)."""
+    return PerfRow(collective, ranks, size, count, "float32", "sum", 0, algorithm, protocol, None, 0.0, time)
+
 # The header and a row as nccl-tests (all_reduce_perf) prints them.
 HEADER = [  # noqa: E501 - nccl-tests' lines are 121 characters wide
     "#                                                              out-of-place                       in-place          ",  # noqa: E501
@@ -23,15 +28,15 @@ def test_header_matches_nccl_tests():
 
 
 def test_row_matches_nccl_tests_widths():
-    row = PerfRow("all_reduce", "auto", 8, 2, "float32", "sum", 0, 8, 38.61e-6, "ring", "LL")
-    assert nccl_row(row, "float") == ("           8             2     float     sum      -1    38.61    0.00    0.00"
-                                      "       0    38.61    0.00    0.00       0")
-    assert nccl_row(row, "float", validation=0) == ("           8             2     float     sum      -1    38.61    "
-                                                    "0.00    0.00    N/A    38.61    0.00    0.00    N/A")
-    big = PerfRow("broadcast", "auto", 8589934592, 2147483648, "float32", "sum", 0, 8, 46374.6e-6, "ring", "Simple")
+    small = row("all_reduce", 8, 2, 8, 38.61e-6, "ring", "LL")
+    assert nccl_row(small, "float") == ("           8             2     float     sum      -1    38.61    0.00    0.00"
+                                        "       0    38.61    0.00    0.00       0")
+    assert nccl_row(small, "float", validation=0) == ("           8             2     float     sum      -1    38.61    "
+                                                      "0.00    0.00    N/A    38.61    0.00    0.00    N/A")
+    big = row("broadcast", 8589934592, 2147483648, 8, 46374.6e-6, "ring", "Simple")
     line = nccl_row(big, "float")
     assert line.startswith("  8589934592    2147483648     float    none       0  46374.6  185.23  185.23")
-    assert len(line) == len(nccl_row(row, "float"))
+    assert len(line) == len(nccl_row(small, "float"))
 
 
 @pytest.mark.parametrize("us,text", [(38.614, "  38.61"), (99.999, " 100.00"), (110.0749, " 110.07"),

@@ -85,3 +85,12 @@ def test_out_of_memory_is_a_simulation_failure(tmp_path, capsys):
     assert main(["run", str(path), "--no-files"]) == 1
     err = capsys.readouterr().err
     assert "out of memory: GPU 0" in err and "Traceback" not in err
+
+
+def test_the_layout_is_built_once_per_run(monkeypatch):
+    from simcomm.workloads import training
+    calls = []
+    real = training.build_layout
+    monkeypatch.setattr(training, "build_layout", lambda *a: calls.append(a) or real(*a))
+    res = run_scenario(load_text(TEXT, "small.yaml"))
+    assert len(calls) == 1 and res.details["step"]["step_time"] > 0

@@ -14,7 +14,7 @@ Cases:
   train-64        one training step of GPT-3 1.3B as rank programs on 64 H100s, tp 2 (sequence parallel) x pp 4
                   (1F1B, 8 microbatches) x dp 8 (DDP, overlapped buckets), size-only tensors
   train-data-16   three steps of a tiny GPT with real data on 16 ranks, tp 2 x cp 2 x pp 2 x dp 2 (ZeRO-1)
-  step-gpt3-175b-1024     the step model (parallel/step.py): scenarios/gpt3-175b-a100-1024.yaml
+  step-gpt3-175b-1024     the step model (parallel/step_cost.py): scenarios/gpt3-175b-a100-1024.yaml
                           target (issue 9): under 2 s wall
   step-llama3-405b-16384  the step model: scenarios/llama3-405b-h100-16384.yaml; target: under 5 s wall
   plan-llama3-70b-1024    `simcomm plan` of scenarios/llama3-70b-h100-1024.yaml on 2 worker processes (its default
@@ -109,24 +109,25 @@ def bench_rank_program(ranks: int = 256, count: int = MiB, size_only: bool = Fal
 
 
 def bench_training(size_only: bool = True) -> dict:
-    """The numeric training rank program (parallel/parallelize.py) at scale without data, or small with data."""
+    """The numeric training rank program (parallel/numeric_training.py) at scale without data, or small with
+    data."""
     from ..distributed.spawn import spawn
+    from ..parallel import TrainingConfig, build_layout
     from ..parallel.model.config import TransformerConfig, model_preset
-    from ..parallel.parallelize import train
-    from ..parallel.train_config import TrainConfig
+    from ..parallel.numeric_training import train
     if size_only:
-        cfg = TrainConfig(model_preset("gpt3-1.3b"), tensor_model_parallel_size=2, sequence_parallel=True,
-                          pipeline_model_parallel_size=4, data_parallel_size=8, global_batch_size=64,
-                          micro_batch_size=1, overlap_grad_reduce=True, size_only=True, params_dtype="bfloat16")
+        layout = build_layout(model_preset("gpt3-1.3b"), TrainingConfig(
+            tensor_model_parallel_size=2, sequence_parallel=True, pipeline_model_parallel_size=4, global_batch_size=64,
+            micro_batch_size=1, overlap_grad_reduce=True, size_only=True, params_dtype="bfloat16"), 64)
     else:
         tiny = TransformerConfig(num_layers=2, hidden_size=16, num_attention_heads=4, seq_length=8,
                                  padded_vocab_size=32)
-        cfg = TrainConfig(tiny, tensor_model_parallel_size=2, context_parallel_size=2, pipeline_model_parallel_size=2,
-                          data_parallel_size=2, global_batch_size=8, micro_batch_size=2, data_parallel="zero1",
-                          train_iters=3)
-    r = spawn(train, args=(cfg,), nprocs=cfg.world_size, detail="steps")
+        layout = build_layout(tiny, TrainingConfig(
+            tensor_model_parallel_size=2, context_parallel_size=2, pipeline_model_parallel_size=2,
+            global_batch_size=8, micro_batch_size=2, use_distributed_optimizer=True, train_iters=3), 16)
+    r = spawn(train, args=(layout,), nprocs=layout.world_size, detail="steps")
     colls = sum(1 for a in r.timeline if a.kind == "collective")
-    return {"ranks": cfg.world_size, "layout": cfg.dims.describe(), "rank_collectives": colls,
+    return {"ranks": layout.world_size, "layout": layout.dims.describe(), "rank_collectives": colls,
             "sim_seconds": r.elapsed, **r.stats()}
 
 
@@ -156,7 +157,7 @@ def bench_step(case: str) -> dict:
     cluster = build_cluster(preset, nodes=nodes)
     sim = StepModel(build_layout(model_preset(model), TrainingConfig(**settings), cluster.num_ranks), cluster)
     res = sim.run()
-    return {"ranks": cluster.num_ranks, "sim_seconds": res.step_time, "mfu": res.mfu, **sim.session.stats(),
+    return {"ranks": cluster.num_ranks, "sim_seconds": res.step_time, "mfu": res.mfu, **res.simulation.stats(),
             "collectives": res.traffic}
 
 

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..errors import SimcommError
 from .calibration import H100_BF16_PEAK, H100_SMS
+from .model.programs import ATTENTION, GEMM
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,17 @@ class ComputeModel:
     def attention_backward(self, batch_heads: float, sq: float, flops: float) -> float:
         """Seconds for the fused attention backward (`flops` = 2.5x the forward's, as the kernel recomputes)."""
         return self._attention(self._att_b, batch_heads, sq, flops) if flops > 0 else 0.0
+
+    def kernel(self, k) -> float:
+        """Seconds for one kernel of a layer's program (model/programs.py): a GEMM, flash attention or a
+        memory-bound op."""
+        if k.kind == GEMM:
+            return self.gemm(*k.shape)
+        if k.kind == ATTENTION:
+            bh, sq, real, which = k.shape
+            return self.attention_forward(bh, sq, real) if which == "forward" else \
+                self.attention_backward(bh, sq, real)
+        return self.memory(*k.shape)
 
     def memory(self, nbytes: float, op_class: str = "elementwise") -> float:
         """Seconds to stream `nbytes` (reads plus writes, at the activations' element size) for an op of class

@@ -93,11 +93,23 @@ class ParallelDims:
         pp, dp, cp, tp = np.unravel_index(rank, self.grid.shape)
         return {Axis.PP: int(pp), Axis.DP: int(dp), Axis.CP: int(cp), Axis.TP: int(tp)}
 
-    def groups(self, axis: Axis | str) -> np.ndarray:
-        """Every process group along `axis`: shape (number of groups, group size), each row in group-rank order."""
-        k = GRID_ORDER.index(Axis(axis))
-        moved = np.moveaxis(self.grid, k, -1)
-        return moved.reshape(-1, moved.shape[-1])
+    def groups(self, *axes: Axis | str) -> np.ndarray:
+        """Every process group along `axes` (one, or several combined, such as dp and cp for the gradient
+        reduction): shape (number of groups, group size); each row in group-rank order (the axes in grid order,
+        the last one fastest)."""
+        ks = sorted(GRID_ORDER.index(Axis(a)) for a in axes)
+        moved = np.moveaxis(self.grid, ks, range(len(GRID_ORDER) - len(ks), len(GRID_ORDER)))
+        size = int(np.prod([self.grid.shape[k] for k in ks]))
+        return moved.reshape(-1, size)
+
+    def ranks(self, **coords: int) -> np.ndarray:
+        """The ranks at the given coordinates (by axis name: pp=1, tp=0, ...), an array over the other axes in grid
+        order: ranks(pp=r) is stage r (dp, cp, tp); ranks(pp=r, dp=0) one replica of it (cp, tp);
+        ranks(pp=r, tp=t) the dp x cp ranks that hold the same weights."""
+        index = [slice(None)] * len(GRID_ORDER)
+        for name, i in coords.items():
+            index[GRID_ORDER.index(Axis(name))] = i
+        return self.grid[tuple(index)]
 
     def group_of(self, rank: int, axis: Axis | str) -> np.ndarray:
         """The ranks of `rank`'s group along `axis`, in group-rank order."""

@@ -32,13 +32,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import OutOfMemoryError, SimcommError
+from .config import TrainingConfig
 from .dims import LayoutError
+from .layer_timing import PROGRAMS, Template, TemplateCache
+from .layout import build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.schedules import FORWARD, makespan, timeline
-from .passes import build_pass
-from .step import PROGRAMS, StepModel, TemplateCache, optimizer_seconds
-from .step_config import TrainingConfig, build_layout
-from .templates import Template, kernel_seconds
+from .step_cost import StepModel, optimizer_seconds
+from .step_passes import build_pass
 
 RECOMPUTE_NAMES = {None: "none", "selective": "selective", "full": "full"}
 
@@ -68,11 +69,12 @@ class Candidate:
     zero: int
     recompute: str | None
 
-    def config(self, base: TrainingConfig, num_layers_per_stage: int) -> TrainingConfig:
+    def config(self, base: TrainingConfig) -> TrainingConfig:
         return replace(base, tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
                        context_parallel_size=self.cp, micro_batch_size=self.mbs, sequence_parallel=self.tp > 1,
                        pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
-                       num_layers_per_virtual_pipeline_stage=num_layers_per_stage // self.v if self.v > 1 else None,
+                       num_layers_per_virtual_pipeline_stage=None,
+                       virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
                        zero_stage=self.zero, use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
                        overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
                        recompute_method="uniform", recompute_num_layers=None, world_size=0)
@@ -134,7 +136,7 @@ def _init(cluster, model, base) -> None:
 
 def _layout(c: Candidate):
     model, base = _STATE["model"], _STATE["base"]
-    return build_layout(model, c.config(base, model.num_layers // c.pp), _STATE["cluster"].num_ranks)
+    return build_layout(model, c.config(base), _STATE["cluster"].num_ranks)
 
 
 def schedule_key(c: Candidate) -> tuple:
@@ -150,7 +152,7 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
         out = {}
         for name, program in PROGRAMS.items():
             steps = program(sim.shape)
-            busy = sum(sum(kernel_seconds(sim.cm, k) for k in st.compute) for st in steps)
+            busy = sum(sum(sim.cm.kernel(k) for k in st.compute) for st in steps)
             out[name] = Template(name, busy, busy, {}, sum(k.flops for st in steps for k in st.compute))
         _STATE["kernels"][key] = out
     return _STATE["kernels"][key]

@@ -45,7 +45,7 @@ def train_serial(config: TransformerConfig, optimizer, steps: int, global_batch_
     """Train `steps` optimizer steps on the synthetic batches; returns (final parameters, loss per step).
 
     micro_batch_size and replicas order the sums as a layout does (forward_backward): the reference a layout
-    equals bitwise where it adds the same terms in the same order (tests/parallel/test_parallelize.py)."""
+    equals bitwise where it adds the same terms in the same order (tests/parallel/test_numeric_training.py)."""
     params = {k: v.copy() for k, v in (params or init_params(config, seed, dtype)).items()}
     specs = param_specs(config)
     states = {n: optimizer.state(p) for n, p in params.items()}

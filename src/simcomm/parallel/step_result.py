@@ -42,6 +42,7 @@ class StepResult:
     passes: dict = field(default_factory=dict)  # per stage: its forward and backward passes' seconds
     finish: list = field(default_factory=list)  # per stage: when its last work (the optimizer, gathers) ended
     interference: bool = False  # compute and communication shared the GPUs (the breakdown lists its cost)
+    simulation: object = field(default=None, repr=False, compare=False)  # the engine it ran on (its records)
 
     @property
     def categories(self) -> tuple[str, ...]:

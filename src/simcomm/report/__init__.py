@@ -14,8 +14,9 @@ PLOT_FILES = {"busbw": "busbw.png", "timeline": "timeline.png", "links": "links.
 
 def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), rank_traces=None) -> dict:
     """Write what was asked into out_dir; returns {what: path}. `plots` should hold only plots that apply to the
-    result's workload (workloads.plots_for); `rank_traces` names a directory for one Kineto-style trace per rank
-    (what Holistic Trace Analysis loads)."""
+    result's workload (workloads.plots_for); a plot that needs more than the timeline and the rows finds its input in
+    result.plot_data (the workload puts it there). `rank_traces` names a directory for one Kineto-style trace per
+    rank (what Holistic Trace Analysis loads)."""
     out = Path(out_dir)
     written: dict[str, str] = {}
     if trace_file or plots:
@@ -47,7 +48,7 @@ def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), ra
                 plot_schedule(timeline, path, f"{result.name}: pipeline schedule")
             elif name == "breakdown":
                 from .training_plots import plot_breakdown
-                plot_breakdown(result.details["step"], path, f"{result.name}: where the step's time goes")
+                plot_breakdown(result.plot_data["breakdown"], path, f"{result.name}: where the step's time goes")
             else:
                 span = (min((a.start for a in timeline), default=0.0), max((a.end for a in timeline), default=0.0))
                 p.plot_links(loads, result.cluster, path, f"{result.name}: link utilisation", span=span)

@@ -353,8 +353,7 @@ def load_text(text: str, name: str = "<scenario>") -> LoadedScenario:
 
 
 def build(scenario: Scenario, src: Source):
-    from ..hardware import HardwareError, build_cluster
-    from .dims import build_dims_cluster
+    from ..hardware import Dimensions, HardwareError, build_astra_cluster, build_cluster
     from .schema import DimsCluster
     c = scenario.cluster
     knobs = scenario.model
@@ -362,7 +361,9 @@ def build(scenario: Scenario, src: Source):
                                 ("max_channels", knobs.max_channels)) if v is not None and v is not True}
     try:
         if isinstance(c, DimsCluster):
-            return build_dims_cluster(c, tuning)
+            return build_astra_cluster(Dimensions(tuple(c.topology), tuple(c.npus_count), tuple(c.bandwidth),
+                                                  tuple(c.latency), c.device, c.memory_bandwidth, c.compute_rate),
+                                       tuning)
         overrides = {k: v for k, v in (c.overrides.model_dump() if c.overrides else {}).items() if v is not None}
         options = {k: v for k, v in (c.fabric_options.model_dump() if c.fabric_options else {}).items()
                    if v is not None}

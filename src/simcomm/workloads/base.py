@@ -29,6 +29,7 @@ class RunResult:
     wall: float = 0.0  # seconds the simulation took to run
     notes: list = field(default_factory=list)
     details: dict = field(default_factory=dict)  # more JSON, under its own keys (e.g. "step" for training)
+    plot_data: dict = field(default_factory=dict)  # plot name -> what the report's renderer of that plot takes
 
     @property
     def timeline(self) -> list:

@@ -4,7 +4,7 @@ Each group can also run alone on a fresh simulation of the same cluster; the rat
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -12,9 +12,8 @@ from pydantic import Field, field_validator
 from ..algorithms import choose
 from ..collective import make_collective
 from ..fields import MAX_RANKS, Base, CollectiveName, DType, Op, Protocol, Size, Time, described
-from ..session import Session
+from ..session import CollectiveRecord, Session
 from ..units import format_size
-from ..vocab import Bandwidth
 from .base import RunResult, Workload, forced_algorithm, resolve_detail
 from .checks import check_algorithm, check_runs
 
@@ -85,23 +84,20 @@ class GroupSpec:
 
 
 @dataclass
-class GroupResult(Bandwidth):
-    name: str
-    collective: str
-    ranks: int
-    size: int
-    start: float
-    time: float  # seconds, with the other groups running
-    alone: float | None  # seconds, alone on the cluster
-    algorithm: str
-    protocol: str
+class GroupResult(CollectiveRecord):
+    """One group's collective as it ran beside the others (its record), its name, and its time alone."""
+
+    name: str = ""
+    alone: float | None = None  # seconds, alone on the cluster
 
     @property
     def slowdown(self) -> float | None:
         return self.time / self.alone if self.alone else None
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"slowdown": self.slowdown, "busbw": self.busbw}
+        return {"name": self.name, "collective": self.collective, "ranks": self.ranks, "size": self.size,
+                "start": self.start, "time": self.time, "alone": self.alone, "algorithm": self.algorithm,
+                "protocol": self.protocol, "slowdown": self.slowdown, "busbw": self.busbw}
 
 
 def run_groups(session: Session, groups: list[GroupSpec]) -> dict:
@@ -128,11 +124,8 @@ def run_contention(cluster, groups: list[GroupSpec], detail: str = "flows",
         for g in groups:
             solo = GroupSpec(**{**asdict(g), "start": 0.0})
             alone[g.name] = run_groups(Session(cluster, detail="steps"), [solo])[g.name].record.time
-    out = []
-    for g in groups:
-        r = together[g.name].record
-        out.append(GroupResult(g.name, g.collective, len(g.ranks), r.size, g.start, r.time, alone.get(g.name),
-                               r.algorithm, r.protocol))
+    out = [GroupResult(**{f.name: getattr(together[g.name].record, f.name) for f in fields(CollectiveRecord)},
+                       name=g.name, alone=alone.get(g.name)) for g in groups]
     return out, session
 
 

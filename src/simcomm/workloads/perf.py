@@ -5,7 +5,7 @@ Sizes follow nccl-tests: S is count*typesize for all_reduce, broadcast, reduce a
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Annotated, Literal, Union
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
@@ -14,10 +14,10 @@ from ..algorithms import ALGORITHMS, choose
 from ..collective import make_collective, sizes_between
 from ..errors import AlgorithmError, SimcommError
 from ..fields import MAX_RANKS, Base, CollectiveName, DType, Op, Size, described
-from ..session import Session
+from ..session import CollectiveRecord, Session
 from ..report.nccl_tests import tuner_predictions
 from ..units import format_size
-from ..vocab import COLLECTIVES, DTYPES, OPS, REDUCING, ROOTED, Bandwidth, numpy_dtype
+from ..vocab import COLLECTIVES, DTYPES, OPS, REDUCING, ROOTED, numpy_dtype
 from .base import RunResult, Workload, forced_algorithm, resolve_detail
 from .checks import available, check_algorithm, check_ranks, check_runs
 
@@ -78,23 +78,18 @@ def sizes_of(spec) -> list[int]:
 
 # ---- running -----------------------------------------------------------------------------------------------
 @dataclass
-class PerfRow(Bandwidth):
-    """One size of one collective: nccl-tests' columns plus what the tuner chose."""
+class PerfRow(CollectiveRecord):
+    """One size of one collective: the record of what ran (nccl-tests' S and count, dtype, op, root, the algorithm
+    and protocol, when), what was requested ("auto", the tuner, or a forced algorithm) and what the tuner weighed
+    ((algorithm, protocol, predicted seconds) fastest first; () for a forced algorithm)."""
 
-    collective: str
-    requested: str  # "auto" (the tuner) or a forced algorithm
-    size: int  # nccl-tests' S, bytes
-    count: int  # S / typesize, as nccl-tests prints it
-    dtype: str
-    op: str
-    root: int
-    ranks: int
-    time: float  # seconds
-    algorithm: str
-    protocol: str
-    predicted: float | None = None
-    # what the tuner weighed, (algorithm, protocol, predicted seconds) fastest first; () for a forced algorithm
+    requested: str = "auto"
     weighed: tuple = field(default=(), repr=False)
+
+    @classmethod
+    def from_record(cls, record: CollectiveRecord, requested: str, weighed: tuple = ()) -> "PerfRow":
+        return cls(**{f.name: getattr(record, f.name) for f in fields(CollectiveRecord)}, requested=requested,
+                   weighed=weighed)
 
     @property
     def redop(self) -> str:
@@ -107,9 +102,10 @@ class PerfRow(Bandwidth):
 
     def as_dict(self) -> dict:
         """nccl-tests' figures and the choice (what the tuner weighed is in tuner_json)."""
-        d = asdict(self)
-        del d["weighed"]
-        return d | {"algbw": self.algbw, "busbw": self.busbw}
+        return {"collective": self.collective, "requested": self.requested, "size": self.size, "count": self.count,
+                "dtype": self.dtype, "op": self.op, "root": self.root, "ranks": self.ranks, "time": self.time,
+                "algorithm": self.algorithm, "protocol": self.protocol, "predicted": self.predicted,
+                "algbw": self.algbw, "busbw": self.busbw}
 
 
 def tuner_json(rows) -> list[dict]:
@@ -163,15 +159,16 @@ def run_perf(session: Session, collectives, sizes, *, ranks: int | None = None, 
                     if notes is not None and note not in notes:
                         notes.append(note)
                     continue
-                time = 0.0
                 if coll.count > 0:  # NCCL returns at once for a count of 0, launching nothing
                     ran = session.collective(kind, group, count=coll.count, dtype=dtype, op=op, root=root,
                                              algorithm=choice.algorithm, protocol=choice.protocol)
                     session.run(ran)
-                    time = ran.record.time
-                rows.append(PerfRow(kind, algo or "auto", coll.nbytes, coll.nbytes // coll.itemsize, dtype, op,
-                                    root, n, time, choice.algorithm, choice.protocol, choice.predicted,
-                                    choice.weighed if algo is None else ()))
+                    record = ran.record
+                else:
+                    record = CollectiveRecord(kind, n, coll.nbytes, coll.nbytes // coll.itemsize, dtype, op, root,
+                                              choice.algorithm, choice.protocol, choice.predicted, session.now,
+                                              session.now)
+                rows.append(PerfRow.from_record(record, algo or "auto", choice.weighed if algo is None else ()))
                 if progress:
                     progress()
     return rows

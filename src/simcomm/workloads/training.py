@@ -16,24 +16,50 @@ layout, batch sizes, recomputation, ZeRO stage / distributed optimizer, overlaps
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import field_validator
+from pydantic import BeforeValidator, PrivateAttr, create_model, field_validator
 
-from ..errors import SimcommError
+from ..errors import SettingError, SimcommError
 from ..fields import Base, Size, described
-from ..parallel import (PRESETS, LayoutError, ModelConfigError, StepModel, TrainingConfig, TransformerConfig,
+from ..parallel import (PRESETS, Layout, LayoutError, ModelConfigError, StepModel, TrainingConfig, TransformerConfig,
                         build_layout, model_preset)
-from ..parallel.model.flops import FORMULAS
+from ..parallel.config import FIELDS
 from ..units import format_size
 from ..vocab import did_you_mean
 from .base import RunResult, Workload
 
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(TransformerConfig) if f.name != "name")
-CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig))
+# numeric training's own settings are not the step model's: a training scenario does not offer them
+STEP_FIELDS = tuple(name for name, f in FIELDS.items() if not f.metadata["numeric"])
 
 
-class TrainingSpec(Base):
+def _spec_field(f: dataclasses.Field):
+    """(annotation, pydantic field) of a TrainingConfig field: its type (choices as a Literal, byte sizes with
+    units), default and description; its values are checked once, by TrainingConfig."""
+    meta = f.metadata
+    optional = "None" in str(f.type)
+    base = {"int": int, "bool": bool, "float": float, "str": str}[str(f.type).split(" |")[0]]
+    tp = Literal[meta["choices"]] if meta["choices"] else base
+    if meta["kind"] == "size":
+        tp = Size
+    if base is float:
+        tp = Annotated[float, BeforeValidator(_number)]
+    if optional:
+        tp = tp | None
+    default = ... if f.default is dataclasses.MISSING else f.default
+    if meta["kind"] == "size":
+        return tp, described(format_size(default).replace(" ", ""), meta["doc"], "size", validate_default=True)
+    if f.name == "world_size":
+        return int | None, described(None, "GPUs used (default: every rank of the cluster)")
+    return tp, described(default, meta["doc"], "number" if base is float else None)
+
+
+def _number(v):
+    return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+class _Model(Base):
     """One training step of a decoder-only transformer (Megatron-LM's names; unset values take Megatron's
     defaults or the preset's)."""
 
@@ -55,52 +81,8 @@ class TrainingSpec(Base):
     add_bias_linear: bool | None = described(None, "biases in linear layers")
     attention_dropout: float | None = described(None, "attention dropout probability", "number", ge=0, lt=1)
     hidden_dropout: float | None = described(None, "hidden dropout probability", "number", ge=0, lt=1)
-    # -- parallelism and batch
-    tensor_model_parallel_size: int = described(1, "TP size t", ge=1, le=65536)
-    pipeline_model_parallel_size: int = described(1, "PP size p", ge=1, le=65536)
-    context_parallel_size: int = described(1, "CP size c", ge=1, le=65536)
-    sequence_parallel: bool = described(False, "sequence parallelism (with TP)")
-    num_layers_per_virtual_pipeline_stage: int | None = described(None, "layers per virtual stage (interleaving)",
-                                                                  ge=1, le=100_000)
-    microbatch_group_size_per_vp_stage: int | None = described(None, "interleaved micro-batch group (default p)",
-                                                               ge=1, le=100_000)
-    decoder_first_pipeline_num_layers: int | None = described(None, "layers on the first stage", ge=1, le=100_000)
-    decoder_last_pipeline_num_layers: int | None = described(None, "layers on the last stage", ge=1, le=100_000)
-    account_for_embedding_in_pipeline_split: bool = described(False, "count the embedding as a layer")
-    account_for_loss_in_pipeline_split: bool = described(False, "count the loss as a layer")
-    pipeline_schedule: Literal["auto", "gpipe", "1f1b", "interleaved_1f1b"] = described(
-        "auto", "auto (1F1B, interleaved with virtual stages), gpipe, 1f1b, interleaved_1f1b")
-    micro_batch_size: int = described(1, "sequences per micro-batch", ge=1, le=1_000_000)
-    global_batch_size: int = described(doc="sequences per step", ge=1, le=100_000_000)
-    world_size: int | None = described(None, "GPUs used (default: every rank of the cluster)", ge=1, le=1 << 20)
-    # -- memory and numerics
-    recompute_granularity: Literal["full", "selective"] | None = described(None, "activation recomputation")
-    recompute_method: Literal["uniform", "block"] = described("uniform", "full recomputation: uniform or block")
-    recompute_num_layers: int | None = described(None, "layers per group (uniform) or per chunk (block)", ge=1,
-                                                 le=100_000)
-    use_distributed_optimizer: bool = described(False, "shard the optimizer state over DP (ZeRO-1)")
-    zero_stage: Literal[0, 1, 2, 3] | None = described(None, "ZeRO stage (default 1 with the distributed optimizer)")
-    overlap_grad_reduce: bool = described(False, "reduce gradient buckets during the backward")
-    overlap_param_gather: bool = described(False, "gather parameters during the next forward")
-    tp_comm_overlap: bool = described(False, "overlap TP communication with GEMMs (Transformer Engine)")
-    overlap_p2p_comm: bool = described(False, "non-blocking pipeline sends")
-    bucket_size: int | None = described(None, "parameters per gradient bucket (default max(40M, 1M x dp))", ge=1,
-                                        le=1 << 50)
-    bf16: bool = described(True, "bf16 mixed precision")
-    fp16: bool = described(False, "fp16 mixed precision (set bf16: false)")
-    fp8_format: Literal["hybrid", "e4m3"] | None = described(None, "FP8 GEMMs (Transformer Engine)")
-    tf32: bool = described(True, "with neither bf16 nor fp16: fp32 GEMMs on TF32 tensor cores (as NGC's PyTorch "
-                                 "containers set; false: plain PyTorch's default, full fp32)")
-    accumulate_allreduce_grads_in_fp32: bool | None = described(None, "fp32 gradient buffers (default: on with "
-                                                                      "bf16)")
-    use_flash_attn: bool = described(True, "flash attention (else materialised s x s scores; fp32 has none)")
-    memory_reserved: Size = described("2GiB", "CUDA context, NCCL and workspaces per GPU (an estimate)", "size",
-                                      validate_default=True)
-    memory_fragmentation: float = described(0.05, "allocator overhead, fraction of allocated bytes (an estimate)",
-                                            "number", ge=0, lt=1)
-    flops_formula: str = described("megatron", "model FLOPs formula for MFU: " + ", ".join(FORMULAS))
-    ideal_network: bool = described(False, "every transfer takes no time (the compute-only bound)")
-    check_memory: bool = described(True, "stop with an out-of-memory error when a GPU overflows")
+
+    _layout: tuple | None = PrivateAttr(default=None)  # (cluster, the layout built for it)
 
     @field_validator("model")
     @classmethod
@@ -109,20 +91,21 @@ class TrainingSpec(Base):
             raise ValueError(f"expected a model preset, one of {', '.join(PRESETS)}{did_you_mean(v, PRESETS)}")
         return None if v is None else v.strip().lower()
 
-    @field_validator("flops_formula")
-    @classmethod
-    def _formula(cls, v):
-        if v not in FORMULAS:
-            raise ValueError(f"expected one of {', '.join(FORMULAS)}{did_you_mean(v, FORMULAS)}")
-        return v
-
-    @field_validator("attention_dropout", "hidden_dropout", "memory_fragmentation", mode="before")
+    @field_validator("attention_dropout", "hidden_dropout", mode="before")
     @classmethod
     def _number(cls, v):
-        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        return _number(v)
 
 
-def model_of(spec: TrainingSpec) -> TransformerConfig:
+# The spec: the model fields above, then every TrainingConfig field the step model reads (derived), then the run's
+# own switch.
+TrainingSpec = create_model(
+    "TrainingSpec", __base__=_Model, __doc__=_Model.__doc__,
+    **{name: _spec_field(FIELDS[name]) for name in STEP_FIELDS},
+    check_memory=(bool, described(True, "stop with an out-of-memory error when a GPU overflows")))
+
+
+def model_of(spec) -> TransformerConfig:
     """The preset with the spec's model fields applied, or a model from the fields alone."""
     given = {k: getattr(spec, k) for k in MODEL_FIELDS if getattr(spec, k) is not None}
     if spec.model:
@@ -130,26 +113,28 @@ def model_of(spec: TrainingSpec) -> TransformerConfig:
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "padded_vocab_size")
                if k not in given]
     if missing:
-        raise ModelConfigError(f"without a model preset, give {', '.join(missing)}")
+        raise ModelConfigError(f"without a model preset, give {', '.join(missing)}", "model")
     return TransformerConfig(**given)
 
 
-def config_of(spec: TrainingSpec, **overrides) -> TrainingConfig:
-    values = {k: getattr(spec, k) for k in CONFIG_FIELDS if k != "world_size"}
+def config_of(spec, **overrides) -> TrainingConfig:
+    values = {k: getattr(spec, k) for k in STEP_FIELDS}
     values["world_size"] = spec.world_size or 0
     return TrainingConfig(**{**values, **overrides})
 
 
-def _path_for(message: str) -> tuple:
-    """The workload key a layout or model error is about (the first parallel setting it names, else the first
-    model field), for the error's key path."""
-    if "tp x pp x cp" in message:
-        return ("workload", "tensor_model_parallel_size")
-    for fields in (CONFIG_FIELDS, MODEL_FIELDS):
-        hits = [(message.find(k), k) for k in fields if k in message]
-        if hits:
-            return ("workload", min(hits)[1])
-    return ("workload",)
+def layout_of(spec, cluster) -> Layout:
+    """The scenario's layout on `cluster` (built once: the check keeps it for the run); a ConfigError (or
+    ModelConfigError) naming the field it is about."""
+    if spec._layout is None or spec._layout[0] is not cluster:
+        spec._layout = (cluster, build_layout(model_of(spec), config_of(spec), cluster.num_ranks))
+    return spec._layout[1]
+
+
+def _path_for(exc: SimcommError) -> tuple:
+    """The workload key an error is about: the field a ConfigError or ModelConfigError carries."""
+    field = exc.field if isinstance(exc, SettingError) else None
+    return ("workload", field) if field else ("workload",)
 
 
 class TrainingResult(RunResult):
@@ -168,26 +153,26 @@ class TrainingWorkload(Workload):
     Spec = TrainingSpec
     plots = ("schedule", "breakdown", "timeline")
 
-    def check(self, spec: TrainingSpec, scenario, cluster, error) -> None:
+    def check(self, spec, scenario, cluster, error) -> None:
         try:
-            build_layout(model_of(spec), config_of(spec), cluster.num_ranks)
+            layout_of(spec, cluster)
         except (LayoutError, ModelConfigError, SimcommError) as exc:
-            raise error(_path_for(str(exc)), str(exc)) from None
+            raise error(_path_for(exc), str(exc)) from None
 
-    def run(self, spec: TrainingSpec, scenario, cluster, name: str, detail: str | None, progress=None) -> RunResult:
-        layout = build_layout(model_of(spec), config_of(spec), cluster.num_ranks)
+    def run(self, spec, scenario, cluster, name: str, detail: str | None, progress=None) -> RunResult:
+        layout = layout_of(spec, cluster)
         model = StepModel(layout, cluster, detail=detail if detail in ("flows", "steps") else "steps",
                           check_memory=spec.check_memory)
         step = model.run()
         dims = layout.dims
-        traced = frozenset(int(x) for x in dims.grid[:, 0].reshape(-1))
-        rows = [{"stage": r, "gpu": int(dims.grid[r, 0, 0, 0]), "finish": step.finish[r],
-                 **{k: b[k] for k in step.categories}, "peak_memory": step.memory[r].peak}
-                for r, b in enumerate(step.stages)]
-        result = TrainingResult(name, self.kind, cluster, rows, model.session.sim, notes=list(step.notes),
+        traced = frozenset(int(x) for x in dims.ranks(dp=0).reshape(-1))
+        rows = [{"stage": r, "gpu": m.gpu, "finish": step.finish[r], **{k: b[k] for k in step.categories},
+                 "peak_memory": m.peak} for r, (b, m) in enumerate(zip(step.stages, step.memory))]
+        result = TrainingResult(name, self.kind, cluster, rows, step.simulation, notes=list(step.notes),
                                 details={"step": step.as_dict()})
         result.traced = traced
         result.step = step
+        result.plot_data["breakdown"] = result.details["step"]
         return result
 
     def summary(self, result: RunResult) -> list[dict]:

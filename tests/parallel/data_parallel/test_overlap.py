@@ -5,19 +5,21 @@ import pytest
 
 import simcomm
 from simcomm.parallel.model.config import TransformerConfig
-from simcomm.parallel.parallelize import train
-from simcomm.parallel.train_config import TrainConfig
+from simcomm.parallel.numeric_training import train
+
+from ..helpers import numeric
 
 # wide enough that each layer is a bucket of its own and its backward takes visible time
 WIDE = TransformerConfig(num_layers=4, hidden_size=512, num_attention_heads=8, seq_length=256, padded_vocab_size=512)
+STAGES = {"ddp": 0, "zero2": 2}
 
 
 def spans(mode: str, overlap: bool):
-    cfg = TrainConfig(WIDE, data_parallel_size=2, data_parallel=mode, global_batch_size=2, train_iters=1,
-                      overlap_grad_reduce=overlap, bucket_size=500_000, size_only=True)
-    res = simcomm.spawn(train, args=(cfg,), nprocs=cfg.world_size)
+    lay = numeric(WIDE, dp=2, zero_stage=STAGES[mode], global_batch_size=2, overlap_grad_reduce=overlap,
+                  bucket_size=500_000, size_only=True)
+    res = simcomm.spawn(train, args=(lay,), nprocs=lay.world_size)
     out = []
-    for rank in range(cfg.world_size):
+    for rank in range(lay.world_size):
         mine = [a for a in res.timeline if a.rank == rank]
         backward = [a for a in mine if a.kind == "compute" and a.tags.get("phase") == "backward"]
         # the first bucket issued (backward makes the last layers' gradients first)
@@ -45,9 +47,9 @@ def test_the_first_bucket_is_reduced_during_backward(mode, collective):
 
 
 def simcomm_timeline(mode: str):
-    cfg = TrainConfig(WIDE, data_parallel_size=2, data_parallel=mode, global_batch_size=2, train_iters=1,
-                      overlap_grad_reduce=True, bucket_size=500_000, size_only=True)
-    return sorted(simcomm.spawn(train, args=(cfg,), nprocs=cfg.world_size).timeline, key=lambda a: a.start)
+    lay = numeric(WIDE, dp=2, zero_stage=STAGES[mode], global_batch_size=2, overlap_grad_reduce=True,
+                  bucket_size=500_000, size_only=True)
+    return sorted(simcomm.spawn(train, args=(lay,), nprocs=lay.world_size).timeline, key=lambda a: a.start)
 
 
 def test_without_overlap_ddp_reduces_after_the_whole_backward():

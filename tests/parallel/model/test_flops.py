@@ -2,7 +2,8 @@
 import pytest
 
 from simcomm.parallel.model import flops as f
-from simcomm.parallel.model import layer_ops as ops
+from simcomm.parallel.model import programs as ops
+from simcomm.parallel.model.layer import LayerShape
 from simcomm.parallel.model.config import model_preset
 
 
@@ -18,7 +19,7 @@ def test_parameter_counts_of_standard_models():
 def test_the_layer_kernels_add_up_to_megatrons_formula(name):
     c = model_preset(name)
     for tp, cp, sp, b in ((1, 1, False, 1), (8, 2, True, 2)):
-        shape = ops.LayerShape(c, tp, cp, sp, b)
+        shape = LayerShape(c, tp, cp, sp, b)
         per_gpu = c.num_layers * (ops.program_flops(ops.layer_forward(shape)) + ops.program_flops(
             ops.layer_backward(shape))) + ops.program_flops(ops.output_forward(shape)) + ops.program_flops(
             ops.output_backward(shape))

@@ -5,8 +5,8 @@ import pytest
 from simcomm.errors import OutOfMemoryError
 from simcomm.parallel.model import memory as mem
 from simcomm.parallel.model.config import model_preset
-from simcomm.parallel.model.layer_ops import LayerShape
-from simcomm.parallel.step_config import TrainingConfig, build_layout
+from simcomm.parallel.model.layer import LayerShape
+from simcomm.parallel import TrainingConfig, build_layout
 
 GiB = 1 << 30
 

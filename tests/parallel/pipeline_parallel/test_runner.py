@@ -4,9 +4,10 @@ import pytest
 
 import simcomm
 from simcomm.parallel.model.config import TransformerConfig
-from simcomm.parallel.parallelize import train
+from simcomm.parallel.numeric_training import train
 from simcomm.parallel.pipeline_parallel.schedules import Action, schedule
-from simcomm.parallel.train_config import TrainConfig
+
+from ..helpers import numeric
 
 MODEL = TransformerConfig(num_layers=8, hidden_size=16, num_attention_heads=2, seq_length=4, padded_vocab_size=16)
 
@@ -27,9 +28,9 @@ def recorded_order(timeline, rank):
     ("gpipe", 4, 1, 4), ("1f1b", 4, 1, 8), ("1f1b", 2, 1, 3), ("interleaved_1f1b", 2, 2, 4),
     ("interleaved_1f1b", 4, 2, 8), ("interleaved_1f1b", 2, 4, 6)])
 def test_trace_follows_the_schedule(name, pp, chunks, microbatches):
-    cfg = TrainConfig(MODEL, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=chunks,
-                      pipeline_schedule=name, global_batch_size=microbatches, micro_batch_size=1)
-    res = simcomm.spawn(train, args=(cfg,), nprocs=pp)
+    lay = numeric(MODEL, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=chunks,
+                  pipeline_schedule=name, global_batch_size=microbatches, micro_batch_size=1)
+    res = simcomm.spawn(train, args=(lay,), nprocs=pp)
     expected = schedule(name, pp, microbatches, chunks)
     for rank in range(pp):
         assert recorded_order(res.timeline, rank) == expected[rank]
@@ -49,10 +50,10 @@ def test_interleaving_shortens_the_simulated_step_as_the_schedule_predicts():
     wide = MODEL.with_overrides(hidden_size=4096, num_attention_heads=32, seq_length=2048, padded_vocab_size=32768)
     times, predicted = {}, {}
     for name, chunks in (("1f1b", 1), ("interleaved_1f1b", 2)):
-        cfg = TrainConfig(wide, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=chunks,
-                          pipeline_schedule=name, global_batch_size=8, micro_batch_size=1, size_only=True,
-                          params_dtype="bfloat16")
-        times[name] = simcomm.spawn(train, args=(cfg,), nprocs=4).elapsed
+        lay = numeric(wide, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=chunks,
+                      pipeline_schedule=name, global_batch_size=8, micro_batch_size=1, size_only=True,
+                      params_dtype="bfloat16")
+        times[name] = simcomm.spawn(train, args=(lay,), nprocs=4).elapsed
         predicted[name] = makespan(timeline(schedule(name, 4, 8, chunks), lambda _r, a: (1.0 if a.phase == "F"
                                                                                           else 2.0) / chunks))
     assert times["interleaved_1f1b"] < times["1f1b"]

@@ -1,7 +1,7 @@
 """Passing blocks around the context-parallel ring: one packed message to the next rank, one from the previous."""
 from __future__ import annotations
 
-from ..comm import Handle, pack, unpack
+from ..rank_comm import Handle, pack, unpack
 
 
 class Ring:

@@ -8,8 +8,6 @@ The next block's transfer is started before the current block is computed, so co
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..model import layers as L
 from ..model.tensor import is_meta, zeros_like
 from .ring import Ring
@@ -19,8 +17,9 @@ from .split import load_balanced_positions
 class RingAttention:
     """Attention for one CP rank: forward(q, k, v, scale) / backward(cache, do), as LocalAttention."""
 
-    def __init__(self, comm, ranks, rank: int, seq_length: int, fl: L.Flops):
+    def __init__(self, comm, ranks, rank: int, seq_length: int, fl: L.Flops, charge=None):
         self.ring = Ring(comm, ranks, rank)
+        self.charge = charge or (lambda name, share=1.0: None)  # each block is 1/cp of the attention kernels
         self.cp, self.rank = len(ranks), rank
         self.positions = load_balanced_positions(seq_length, self.cp, rank)
         self.block_positions = [load_balanced_positions(seq_length, self.cp, r) for r in range(self.cp)]
@@ -38,6 +37,7 @@ class RingAttention:
             kb, vb = block
             ob, lb = L.attention_block(q, kb, vb, self.positions, self.block_positions[self._owner(step)], scale,
                                        self.fl)
+            self.charge("attention", 1 / self.cp)
             o, lse = (ob, lb) if o is None else L.merge_attention(o, lse, ob, lb)
             if incoming is not None:
                 block = incoming.wait()
@@ -53,6 +53,7 @@ class RingAttention:
             dq_s, dk_s, dv_s = L.attention_block_backward(q, kb, vb, self.positions,
                                                           self.block_positions[self._owner(step)], scale, lse, do,
                                                           delta, self.fl)
+            self.charge("attention.backward", 1 / self.cp)
             if not is_meta(dq):
                 dq += dq_s
                 dkb, dvb = dkb + dk_s, dvb + dv_s

@@ -13,7 +13,7 @@ from ..dims import LayoutError
 
 def load_balanced_positions(seq_length: int, cp: int, rank: int) -> np.ndarray:
     """The global positions CP rank `rank` holds, in its local order (chunk i, then chunk 2c - 1 - i)."""
-    if seq_length % (2 * cp):
+    if cp > 1 and seq_length % (2 * cp):
         raise LayoutError(f"context parallelism over {cp} ranks cuts the sequence into {2 * cp} chunks; "
                           f"seq_length {seq_length} is not divisible by {2 * cp}")
     if cp == 1:

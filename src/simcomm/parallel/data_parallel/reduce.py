@@ -2,7 +2,7 @@
 parameters. Tagged axis=dp and bucket=i; a group of one rank communicates nothing."""
 from __future__ import annotations
 
-from ..comm import Ready
+from ..rank_comm import Ready
 
 
 def reduce_gradients(comm, group, size: int, flat, bucket: int, scatter: bool, async_op: bool):
@@ -32,7 +32,7 @@ def all_reduce_held(comm, store, names, group, axis: str) -> None:
     (whole for DDP, the rank's shard for ZeRO): the sequence-parallel LayerNorm and bias gradients over TP, the
     tied word embedding over the first and last pipeline stage. Peers lay out their buckets alike, so they hold
     the same ranges. One packed all-reduce."""
-    from ..comm import pack
+    from ..rank_comm import pack
     pieces = []
     for b in store.buckets:
         grad = store.held_grad(b)

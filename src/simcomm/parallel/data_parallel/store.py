@@ -15,14 +15,18 @@ from ..model.gpt import BACKWARD, FORWARD
 from ..model.tensor import zeros
 from .buckets import Bucket, make_buckets
 from .reduce import reduce_gradients
+from .sharding import SCHEMES
 
 
 class DataParallelStore:
     """Base class. Subclasses choose where parameters and gradients live and how buckets are reduced."""
 
-    scatter = False  # reduce-scatter (ZeRO) rather than all-reduce (DDP)
-    reduce_each_microbatch = False
-    by_unit = False
+    sharding = SCHEMES[0]
+
+    @property
+    def scatter(self) -> bool:
+        """Reduce-scatter (ZeRO) rather than all-reduce (DDP)."""
+        return self.sharding.reduce_scatter
 
     def __init__(self, comm, group, size: int, index: int, units: dict, params: dict, specs: dict,
                  optimizer, bucket_size: int | None = None, overlap: bool = False, alone=frozenset(),
@@ -38,7 +42,7 @@ class DataParallelStore:
         shapes = {n: tuple(params[n].shape) for n in forward}
         self.dtype = next(iter(params.values())).dtype
         self.buckets: list[Bucket] = make_buckets(forward[::-1], shapes, self.unit_of, bucket_size, size, index,
-                                                  set(alone), self.by_unit)
+                                                  set(alone), self.sharding.gather_weights)
         self.bucket_of = {n: b.index for b in self.buckets for n in b.names}
         self.last_microbatch = True  # set by the schedule before each backward pass
         self._pending = [set(b.names) for b in self.buckets]
@@ -66,7 +70,7 @@ class DataParallelStore:
         pass
 
     def end(self, unit: str, phase: str) -> None:
-        if phase != BACKWARD or not (self.reduce_each_microbatch or self.last_microbatch):
+        if phase != BACKWARD or not (self.sharding.reduce_each_microbatch or self.last_microbatch):
             return
         for name in self.units.get(unit, ()):
             b = self.bucket_of[name]
@@ -79,7 +83,7 @@ class DataParallelStore:
     def _bucket_final(self, b: Bucket) -> None:
         """A bucket's gradients are final for this round: reduce now (each microbatch, or overlapped with the
         rest of backward) or leave it for finish()."""
-        if self.reduce_each_microbatch:
+        if self.sharding.reduce_each_microbatch:
             if b.index in self._handles:  # the previous microbatch's reduction of this bucket
                 self._take(b, self._handles.pop(b.index).wait())
             handle = self._reduce(b, async_op=self.overlap)
@@ -102,7 +106,7 @@ class DataParallelStore:
         for b in self.buckets:
             if b.index in self._handles:
                 self._take(b, self._handles.pop(b.index).wait())
-            elif not self.reduce_each_microbatch:
+            elif not self.sharding.reduce_each_microbatch:
                 self._take(b, self._reduce(b, async_op=False).wait())
 
     def local_grad(self, b: Bucket):

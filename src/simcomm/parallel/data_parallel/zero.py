@@ -13,18 +13,15 @@ from __future__ import annotations
 from ..model.gpt import BACKWARD, FORWARD
 from ..model.tensor import Meta, is_meta
 from .reduce import gather_parameters
+from .sharding import sharding
 from .store import DataParallelStore
 
 ROOT_UNITS = ("embedding", "head")
 
 
 class ZeroStore(DataParallelStore):
-    scatter = True
-
     def __init__(self, stage: int, *args, **kwargs):
-        self.stage = stage
-        self.by_unit = stage == 3
-        self.reduce_each_microbatch = stage >= 2
+        self.sharding = sharding(stage)
         super().__init__(*args, **kwargs)
         params = args[5] if len(args) > 5 else kwargs["params"]
         self.grad_shard = [self._zeros(b.shard_size) for b in self.buckets]
@@ -32,13 +29,13 @@ class ZeroStore(DataParallelStore):
         for b in self.buckets:
             for n, v in b.views(whole[b.index]).items():
                 v[...] = params[n]
-        if stage == 3:
+        if self.sharding.weights:
             lo_hi = [b.shard for b in self.buckets]
             self.param_shard = [whole[b.index][lo:hi].copy() for b, (lo, hi) in zip(self.buckets, lo_hi)]
             self.param_flat = [None] * len(self.buckets)
         else:
             self.param_flat = whole
-        self.grad_flat = [None if stage >= 2 else self._zeros(b.padded) for b in self.buckets]
+        self.grad_flat = [None if self.sharding.gradients else self._zeros(b.padded) for b in self.buckets]
         self._params, self._grads = {}, {}
         for b in self.buckets:
             if self.param_flat[b.index] is not None:
@@ -60,7 +57,7 @@ class ZeroStore(DataParallelStore):
         return self._grads[name]
 
     def begin(self, unit: str, phase: str) -> None:
-        if self.stage == 3:
+        if self.sharding.weights:
             for i in self._unit_buckets.get(unit, ()):
                 if self.param_flat[i] is None:
                     b = self.buckets[i]
@@ -69,7 +66,7 @@ class ZeroStore(DataParallelStore):
 
     def end(self, unit: str, phase: str) -> None:
         super().end(unit, phase)
-        if self.stage == 3 and unit not in ROOT_UNITS:
+        if self.sharding.weights and unit not in ROOT_UNITS:
             for i in self._unit_buckets.get(unit, ()):
                 self._free(i)  # gathered again before its backward / the next forward
 
@@ -86,7 +83,7 @@ class ZeroStore(DataParallelStore):
             self._grads.pop(n, None)
 
     def _take(self, b, reduced) -> None:
-        if self.stage >= 2:
+        if self.sharding.gradients:
             if not is_meta(reduced):
                 self.grad_shard[b.index] += reduced
         else:
@@ -94,7 +91,7 @@ class ZeroStore(DataParallelStore):
 
     def finish(self) -> None:
         super().finish()
-        if self.stage == 3:  # the root units' parameters were kept through backward: free them now
+        if self.sharding.weights:  # the root units' parameters were kept through backward: free them now
             for u in ROOT_UNITS:
                 for i in self._unit_buckets.get(u, ()):
                     self._free(i)
@@ -109,7 +106,7 @@ class ZeroStore(DataParallelStore):
         return self.grad_shard[b.index]
 
     def held_param(self, b):
-        if self.stage == 3:
+        if self.sharding.weights:
             return self.param_shard[b.index]
         lo, hi = b.shard
         return self.param_flat[b.index][lo:hi]
@@ -119,9 +116,9 @@ class ZeroStore(DataParallelStore):
             self.optimizer.step(self.held_param(b), self.grad_shard[b.index], self.states[b.index],
                                 self._held_mask(b))
             self.grad_shard[b.index] = self._zeros(b.shard_size)
-            if self.stage == 1:
+            if not self.sharding.gradients:
                 self.grad_flat[b.index][...] = 0
-        if self.stage < 3:
+        if not self.sharding.weights:
             with self.comm.tagged(phase="optimizer"):
                 for b in self.buckets:
                     lo, hi = b.shard
@@ -130,7 +127,7 @@ class ZeroStore(DataParallelStore):
                     self.param_flat[b.index][...] = whole
 
     def local_params(self) -> dict | None:
-        if self.stage == 3:
+        if self.sharding.weights:
             return None
         return {n: self._params[n].copy() for n in self._params}
 
@@ -138,8 +135,8 @@ class ZeroStore(DataParallelStore):
         item = self.dtype.itemsize
         whole = sum(b.padded for b in self.buckets) * item
         shard = sum(b.shard_size for b in self.buckets) * item
-        return {"params": shard if self.stage == 3 else whole, "grads": shard if self.stage >= 2 else whole,
-                "optimizer": self._optimizer_bytes()}
+        return {"params": shard if self.sharding.weights else whole,
+                "grads": shard if self.sharding.gradients else whole, "optimizer": self._optimizer_bytes()}
 
 
 __all__ = ["BACKWARD", "FORWARD", "Meta", "ZeroStore"]

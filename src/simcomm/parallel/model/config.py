@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ...errors import SimcommError
+from ...errors import SettingError
 from ...vocab import did_you_mean
 
 
-class ModelConfigError(SimcommError):
-    """A model description whose sizes do not fit together."""
+class ModelConfigError(SettingError):
+    """A model description whose sizes do not fit together; `field` is the one to change (None: not one)."""
 
 
 @dataclass(frozen=True)
@@ -42,29 +42,31 @@ class TransformerConfig:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "padded_vocab_size"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ModelConfigError(f"{f} must be a whole number >= 1, got {v!r}")
+                raise ModelConfigError(f"{f} must be a whole number >= 1, got {v!r}", f)
         for f in ("ffn_hidden_size", "num_query_groups", "kv_channels"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ModelConfigError(f"{f} must be a whole number >= 0 (0 for the default), got {v!r}")
+                raise ModelConfigError(f"{f} must be a whole number >= 0 (0 for the default), got {v!r}", f)
         h, a = self.hidden_size, self.num_attention_heads
         if not self.kv_channels and h % a:
-            raise ModelConfigError(f"hidden_size {h} is not divisible by num_attention_heads {a}; give kv_channels")
+            raise ModelConfigError(f"hidden_size {h} is not divisible by num_attention_heads {a}; give kv_channels",
+                                   "num_attention_heads")
         object.__setattr__(self, "ffn_hidden_size", self.ffn_hidden_size or 4 * h)
         object.__setattr__(self, "num_query_groups", self.num_query_groups or a)
         object.__setattr__(self, "kv_channels", self.kv_channels or h // a)
         if a % self.num_query_groups:
             raise ModelConfigError(f"num_attention_heads {a} is not divisible by num_query_groups "
-                                   f"{self.num_query_groups}")
+                                   f"{self.num_query_groups}", "num_query_groups")
         for f in ("attention_dropout", "hidden_dropout"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-                raise ModelConfigError(f"{f} must be a probability in [0, 1), got {v!r}")
+                raise ModelConfigError(f"{f} must be a probability in [0, 1), got {v!r}", f)
         if self.normalization not in ("LayerNorm", "RMSNorm"):
-            raise ModelConfigError(f"normalization must be LayerNorm or RMSNorm, got {self.normalization!r}")
+            raise ModelConfigError(f"normalization must be LayerNorm or RMSNorm, got {self.normalization!r}",
+                                   "normalization")
         if self.position_embedding_type not in ("learned_absolute", "rope"):
             raise ModelConfigError("position_embedding_type must be learned_absolute or rope, got "
-                                   f"{self.position_embedding_type!r}")
+                                   f"{self.position_embedding_type!r}", "position_embedding_type")
 
     @property
     def head_dim(self) -> int:
@@ -116,5 +118,5 @@ def model_preset(name: str, **overrides) -> TransformerConfig:
     key = name.strip().lower()
     if key not in PRESETS:
         raise ModelConfigError(f"unknown model preset {name!r}; expected one of {', '.join(PRESETS)}"
-                               f"{did_you_mean(name, PRESETS)}")
+                               f"{did_you_mean(name, PRESETS)}", "model")
     return PRESETS[key].with_overrides(**overrides) if overrides else PRESETS[key]

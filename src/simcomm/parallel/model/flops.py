@@ -8,6 +8,7 @@ before mid-2024 do) unless `causal=True` halves it (Megatron main's `/ 2 # causa
 from __future__ import annotations
 
 from .config import TransformerConfig
+from .layer import forward_flops_per_token
 
 
 # ---- parameters ------------------------------------------------------------------------------------------------
@@ -35,6 +36,11 @@ def layer_params(c: TransformerConfig) -> int:
     return attention_params(c) + mlp_params(c) + norm_params(c)
 
 
+def layer_params_per_gpu(c: TransformerConfig, tp: int) -> float:
+    """One layer's parameters on one GPU of a TP group: its matrices (and their biases) split, its norms whole."""
+    return (attention_params(c) + mlp_params(c)) / tp + norm_params(c)
+
+
 def embedding_params(c: TransformerConfig) -> int:
     """Input embedding table (V h) plus learned positions (s h) when used."""
     pos = c.seq_length * c.hidden_size if c.position_embedding_type == "learned_absolute" else 0
@@ -59,15 +65,6 @@ def narayanan_parameters(c: TransformerConfig) -> float:
 
 
 # ---- FLOPs per token -------------------------------------------------------------------------------------------
-def layer_forward_flops_per_token(c: TransformerConfig, causal: bool = False) -> dict[str, float]:
-    """Forward FLOPs of one layer per token, by GEMM group: qkv, core attention (scores and attention x V), proj,
-    mlp."""
-    h, q, kv, f, s = c.hidden_size, c.query_projection_size, c.kv_projection_size, c.ffn_hidden_size, c.seq_length
-    core = 4.0 * s * q * (0.5 if causal else 1.0)
-    return {"qkv": 2.0 * h * (q + 2 * kv), "core_attention": core, "proj": 2.0 * q * h,
-            "mlp": 2.0 * h * f * (3 if c.swiglu else 2)}
-
-
 def logits_forward_flops_per_token(c: TransformerConfig) -> float:
     return 2.0 * c.hidden_size * c.padded_vocab_size
 
@@ -125,7 +122,7 @@ def recompute_flops_per_token(c: TransformerConfig, granularity: str | None, rec
     (logits are not recomputed); selective reruns core attention only."""
     if not granularity:
         return 0.0
-    per_layer = layer_forward_flops_per_token(c, causal)
+    per_layer = forward_flops_per_token(c, causal)
     layers = c.num_layers if recomputed_layers is None else recomputed_layers
     if granularity == "full":
         return layers * sum(per_layer.values())

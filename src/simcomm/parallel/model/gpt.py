@@ -175,18 +175,22 @@ class NoTensorParallel:
 class LocalAttention:
     """Causal self-attention over the rank's whole (local) sequence."""
 
-    def __init__(self, positions, fl: L.Flops):
+    def __init__(self, positions, fl: L.Flops, charge=None):
         self.positions = positions
         self.fl = fl
+        self.charge = charge or (lambda name, share=1.0: None)
 
     def forward(self, q, k, v, scale):
         o, lse = L.attention_block(q, k, v, self.positions, self.positions, scale, self.fl)
+        self.charge("attention")
         return o, (q, k, v, o, lse, scale)
 
     def backward(self, cache, do):
         q, k, v, o, lse, scale = cache
-        return L.attention_block_backward(q, k, v, self.positions, self.positions, scale, lse, do,
-                                          L.attention_delta(do, o), self.fl)
+        out = L.attention_block_backward(q, k, v, self.positions, self.positions, scale, lse, do,
+                                         L.attention_delta(do, o), self.fl)
+        self.charge("attention.backward")
+        return out
 
 
 class LocalStore:
@@ -220,10 +224,21 @@ class ChunkContext:
     attention: object = None  # forward(q, k, v, scale) / backward(cache, do); LocalAttention by default
     fl: L.Flops = field(default_factory=L.Flops)
     tied: bool = True  # logits use the word embeddings (or this chunk's copy of them)
+    kernels: object = None  # numeric_compute.KernelCharges: the time of each kernel run (None: no clock)
 
     def __post_init__(self):
         if self.attention is None:
-            self.attention = LocalAttention(self.positions, self.fl)
+            self.attention = LocalAttention(self.positions, self.fl, self.charge)
+
+    def charge(self, name: str, share: float = 1.0) -> None:
+        """Charge the time of kernel `name` of the layer's programs (nothing without a clock)."""
+        if self.kernels is not None:
+            self.kernels.charge(name, share)
+
+    def recompute(self, position: int) -> None:
+        """Charge what recomputation reruns before the backward of the chunk's layer at `position`."""
+        if self.kernels is not None:
+            self.kernels.recompute(position)
 
 
 FORWARD, BACKWARD = "forward", "backward"
@@ -282,6 +297,7 @@ class GPTChunk:
         if self.post:
             d = self._unit(BACKWARD, "head", self._head_backward, saved.pop())
         for i in reversed(self.layers):
+            self.ctx.recompute(i - self.layers.start)
             d = self._unit(BACKWARD, f"layers.{i}", self._layer_backward, i, saved.pop(), d)
         if self.pre:
             self._unit(BACKWARD, "embedding", self._embed_backward, saved.pop(), d)
@@ -308,11 +324,13 @@ class GPTChunk:
         tp = self.ctx.tp
         word_w = self._p(WORD)
         word, wc = L.embedding(ids, word_w, tp.rank * word_w.shape[0])
+        self.ctx.charge("embedding")
         word = tp.vocab_reduce(word)
         pos_w = self._p(POSITION)
         pos = Meta((len(self.ctx.positions), pos_w.shape[1]), pos_w.dtype) if is_meta(pos_w) else \
             pos_w[self.ctx.positions]
         x = word + pos[:, None, :]
+        self.ctx.charge("embedding_add_dropout")
         return tp.scatter_sequence(x), wc
 
     def _embed_backward(self, wc, d):
@@ -320,32 +338,44 @@ class GPTChunk:
         if not is_meta(d):
             np.add.at(self._g(POSITION), self.ctx.positions, d.sum(axis=1))
         L.embedding_backward(d, wc, self._g(WORD))
+        self.ctx.charge("embedding.backward")
 
     # ---- a transformer layer -----------------------------------------------------------------------------
     def _layer(self, i, x):
         p, tp, fl = f"decoder.layers.{i}.", self.ctx.tp, self.ctx.fl
         bias = self.ctx.config.add_bias_linear
         b = (lambda n: self._p(p + n)) if bias else (lambda n: None)
-        bsz = x.shape[1]
+        bsz, charge = x.shape[1], self.ctx.charge
         ln1, c_ln1 = L.layernorm(x, self._p(p + "input_layernorm.weight"), self._p(p + "input_layernorm.bias"))
+        charge("input_norm")
         a_in, a_kept = tp.column_in(ln1)
         s = a_in.shape[0]
         qkv = L.linear(a_in, self._p(p + "self_attention.linear_qkv.weight"), b("self_attention.linear_qkv.bias"),
                        fl)
+        charge("qkv")
         q, k, v = self._split_qkv(qkv, s, bsz)
         o, c_attn = self.ctx.attention.forward(q, k, v, 1.0 / math.sqrt(self.head_dim))
         o = o.reshape(s, bsz, self.heads * self.head_dim)
-        y = tp.row_out(L.linear(o, self._p(p + "self_attention.linear_proj.weight"), None, fl))
+        proj = L.linear(o, self._p(p + "self_attention.linear_proj.weight"), None, fl)
+        charge("proj")
+        y = tp.row_out(proj)
         if bias:
             y = y + self._p(p + "self_attention.linear_proj.bias")
         x = x + y
+        charge("attention_residual")
         ln2, c_ln2 = L.layernorm(x, self._p(p + "pre_mlp_layernorm.weight"), self._p(p + "pre_mlp_layernorm.bias"))
+        charge("pre_mlp_norm")
         m_in, m_kept = tp.column_in(ln2)
         h1 = L.linear(m_in, self._p(p + "mlp.linear_fc1.weight"), b("mlp.linear_fc1.bias"), fl)
+        charge("fc1")
         g, c_gelu = L.gelu(h1)
-        y2 = tp.row_out(L.linear(g, self._p(p + "mlp.linear_fc2.weight"), None, fl))
+        charge("gelu")
+        fc2 = L.linear(g, self._p(p + "mlp.linear_fc2.weight"), None, fl)
+        charge("fc2")
+        y2 = tp.row_out(fc2)
         if bias:
             y2 = y2 + self._p(p + "mlp.linear_fc2.bias")
+        charge("mlp_residual")
         return x + y2, (c_ln1, a_kept, c_attn, o, c_ln2, m_kept, c_gelu, g)
 
     def _layer_backward(self, i, saved, dx):
@@ -353,25 +383,32 @@ class GPTChunk:
         bias = self.ctx.config.add_bias_linear
         gb = (lambda n: self._g(p + n)) if bias else (lambda n: None)
         c_ln1, a_kept, c_attn, o, c_ln2, m_kept, c_gelu, g = saved
+        charge = self.ctx.charge
         # MLP
         if bias:
             _bias_grad(gb("mlp.linear_fc2.bias"), dx)
+        charge("mlp_residual.backward")
         dy2 = tp.row_out_backward(dx)
         dg = L.linear_backward(g, self._p(p + "mlp.linear_fc2.weight"), dy2, self._g(p + "mlp.linear_fc2.weight"),
                                fl=fl)
+        charge("fc2.dgrad"), charge("fc2.wgrad")
         dh1 = L.gelu_backward(dg, c_gelu)
+        charge("gelu.backward")
         m_in = tp.column_in_recover(m_kept)
         dm_in = L.linear_backward(m_in, self._p(p + "mlp.linear_fc1.weight"), dh1,
                                   self._g(p + "mlp.linear_fc1.weight"), gb("mlp.linear_fc1.bias"), fl=fl)
+        charge("fc1.dgrad"), charge("fc1.wgrad")
         dln2 = tp.column_in_backward(dm_in)
         dx = dx + L.layernorm_backward(dln2, c_ln2, self._p(p + "pre_mlp_layernorm.weight"),
                                        self._g(p + "pre_mlp_layernorm.weight"), self._g(p + "pre_mlp_layernorm.bias"))
+        charge("pre_mlp_norm.backward"), charge("attention_residual.backward")
         # attention
         if bias:
             _bias_grad(gb("self_attention.linear_proj.bias"), dx)
         dy = tp.row_out_backward(dx)
         do = L.linear_backward(o, self._p(p + "self_attention.linear_proj.weight"), dy,
                                self._g(p + "self_attention.linear_proj.weight"), fl=fl)
+        charge("proj.dgrad"), charge("proj.wgrad")
         s, bsz = do.shape[0], do.shape[1]
         dq, dk, dv = self.ctx.attention.backward(c_attn, do.reshape(s, bsz, self.heads, self.head_dim))
         dqkv = self._merge_qkv(dq, dk, dv, s, bsz)
@@ -379,9 +416,12 @@ class GPTChunk:
         da_in = L.linear_backward(a_in, self._p(p + "self_attention.linear_qkv.weight"), dqkv,
                                   self._g(p + "self_attention.linear_qkv.weight"),
                                   gb("self_attention.linear_qkv.bias"), fl=fl)
+        charge("qkv.dgrad"), charge("qkv.wgrad")
         dln1 = tp.column_in_backward(da_in)
-        return dx + L.layernorm_backward(dln1, c_ln1, self._p(p + "input_layernorm.weight"),
-                                         self._g(p + "input_layernorm.weight"), self._g(p + "input_layernorm.bias"))
+        dx = dx + L.layernorm_backward(dln1, c_ln1, self._p(p + "input_layernorm.weight"),
+                                       self._g(p + "input_layernorm.weight"), self._g(p + "input_layernorm.bias"))
+        charge("input_norm.backward")
+        return dx
 
     def _split_qkv(self, qkv, s, b):
         r, d, g = self.heads // self.groups, self.head_dim, self.groups
@@ -399,17 +439,24 @@ class GPTChunk:
         return self._p("output_layer.weight" if self.ctx.config.untie_embeddings_and_output_weights else WORD)
 
     def _head(self, x, targets, loss_scale):
-        tp, fl = self.ctx.tp, self.ctx.fl
+        tp, fl, charge = self.ctx.tp, self.ctx.fl, self.ctx.charge
         ln, c_ln = L.layernorm(x, self._p("decoder.final_layernorm.weight"), self._p("decoder.final_layernorm.bias"))
+        charge("final_norm")
         h_in, h_kept = tp.column_in(ln)
         w = self._output_weight()
         logits = L.linear(h_in, w.T, None, fl)  # [s, b, V / tp]
-        losses, c_ce = L.vocab_parallel_cross_entropy(logits, targets, tp.rank * w.shape[0], tp.vocab_reduce)
+        charge("output")
+        steps = iter(("cross_entropy.max", "cross_entropy.target", "cross_entropy.sum_exp"))  # the order it reduces
+
+        def reduce(x, op="sum"):
+            charge(next(steps))
+            return tp.vocab_reduce(x, op)
+        losses, c_ce = L.vocab_parallel_cross_entropy(logits, targets, tp.rank * w.shape[0], reduce)
         loss = losses if is_meta(losses) else losses.sum() * loss_scale
         return loss, (c_ln, h_kept, c_ce, loss_scale, logits)
 
     def _head_backward(self, saved):
-        tp, fl = self.ctx.tp, self.ctx.fl
+        tp, fl, charge = self.ctx.tp, self.ctx.fl, self.ctx.charge
         c_ln, h_kept, c_ce, loss_scale, logits = saved
         w = self._output_weight()
         dw = self._g("output_layer.weight" if self.ctx.config.untie_embeddings_and_output_weights else WORD)
@@ -418,6 +465,7 @@ class GPTChunk:
         else:
             dlogits = L.vocab_parallel_cross_entropy_backward(np.full(logits.shape[:-1], loss_scale,
                                                                       logits.dtype), c_ce)
+        charge("cross_entropy.backward")
         h_in = tp.column_in_recover(h_kept)
         # logits = h_in @ w.T: dh_in = dlogits @ w; dw += dlogits^T h_in
         fl.gemm(math.prod(h_in.shape[:-1]), w.shape[1], w.shape[0], times=2)
@@ -427,9 +475,12 @@ class GPTChunk:
             dl2 = dlogits.reshape(-1, w.shape[0])
             dw += dl2.T @ h_in.reshape(-1, w.shape[1])
             dh_in = dlogits @ w
+        charge("output.dgrad"), charge("output.wgrad")
         dln = tp.column_in_backward(dh_in)
-        return L.layernorm_backward(dln, c_ln, self._p("decoder.final_layernorm.weight"),
-                                    self._g("decoder.final_layernorm.weight"), self._g("decoder.final_layernorm.bias"))
+        dx = L.layernorm_backward(dln, c_ln, self._p("decoder.final_layernorm.weight"),
+                                  self._g("decoder.final_layernorm.weight"), self._g("decoder.final_layernorm.bias"))
+        charge("final_norm.backward")
+        return dx
 
 
 def _bias_grad(db, dy) -> None:

@@ -273,22 +273,3 @@ def vocab_parallel_cross_entropy_backward(dloss, cache):
     np.put_along_axis(onehot, local[..., None], inside[..., None].astype(grad.dtype), axis=-1)
     grad -= onehot
     return grad * dloss[..., None]
-
-
-# ---- GELU with the exact erf (torch's F.gelu default; the lecture's MLP) -----------------------------------
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def gelu_exact(x):
-    """0.5 x (1 + erf(x / sqrt 2)); returns (y, cache)."""
-    if is_meta(x):
-        return as_meta(x), None
-    cdf = 0.5 * (1.0 + _erf(x / math.sqrt(2.0))).astype(x.dtype)
-    return x * cdf, (x, cdf)
-
-
-def gelu_exact_backward(dy, cache):
-    if cache is None:
-        return as_meta(dy)
-    x, cdf = cache
-    return dy * (cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))

@@ -8,19 +8,22 @@ the data-parallel ranks (widened by context parallelism, as Megatron-LM's distri
 ZeRO's 16 / 4+12/N / 2+14/N / 16/N (fp16 P and G, no grad copy) and Megatron-LM's 18 -> 6+12/d (bf16 with fp32
 gradients), 20 -> 4+16/d (fp16) and 16 -> 8+8/d (fp32).
 
-Activations: `saved_tensors` lists what one layer keeps per micro-batch on one GPU; for a GPT block with dropout
-and a materialised attention matrix it reproduces Korthikanti et al. 2022 Table 2 (sbh(34 + 5as/h) and its TP,
-SP and selective-recompute forms). Flash attention keeps the output and the log-sum-exp instead of s x s matrices.
+Activations: `saved_tensors` (from the layer's one description, layer.py) lists what one layer keeps per
+micro-batch on one GPU; for a GPT block with dropout and a materialised attention matrix it reproduces Korthikanti
+et al. 2022 Table 2 (sbh(34 + 5as/h) and its TP, SP and selective-recompute forms). Flash attention keeps the
+output and the log-sum-exp instead of s x s matrices.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ...errors import OutOfMemoryError
 from ...units import format_size
+from ..data_parallel.sharding import sharding
 from ..pipeline_parallel.schedules import FORWARD
-from .flops import attention_params, embedding_params, mlp_params, norm_params
-from .layer_ops import LayerShape
+from .flops import embedding_params
+from .layer import LayerShape, saved_tensors
 
 
 # ---- model state -----------------------------------------------------------------------------------------------
@@ -32,13 +35,15 @@ def optimizer_bytes(param_bytes: int, grad_bytes: int, fp32_grad_copy: bool = Tr
 
 def bytes_per_parameter(param_bytes: int, grad_bytes: int, zero_stage: int, shards: int,
                         fp32_grad_copy: bool = True) -> dict[str, float]:
-    """{weights, gradients, optimizer_state} bytes per parameter under ZeRO stage 0-3 over `shards` ranks."""
+    """{weights, gradients, optimizer_state} bytes per parameter under ZeRO stage 0-3 over `shards` ranks (what
+    data_parallel/sharding.py says each stage shards)."""
     p, g, o = float(param_bytes), float(grad_bytes), float(optimizer_bytes(param_bytes, grad_bytes, fp32_grad_copy))
-    if zero_stage >= 1:
+    scheme = sharding(zero_stage)
+    if scheme.optimizer_state:
         o /= shards
-    if zero_stage >= 2:
+    if scheme.gradients:
         g /= shards
-    if zero_stage >= 3:
+    if scheme.weights:
         p /= shards
     return {"weights": p, "gradients": g, "optimizer_state": o}
 
@@ -47,9 +52,8 @@ def stage_parameters(layout, rank: int) -> dict[str, float]:
     """Parameters one GPU of pipeline rank `rank` holds: decoder layers (TP-split matrices, replicated norms),
     the embedding on the first rank, the output layer on the last (tied weights: a copy when pp > 1)."""
     c, tp = layout.model, layout.dims.tp
-    per_layer = (attention_params(c) + mlp_params(c)) / tp + norm_params(c)
     layers = sum(len(layout.layers_of(rank, ch)) for ch in range(layout.chunks))
-    out = {"layers": layers * per_layer, "embedding": 0.0, "output": 0.0}
+    out = {"layers": layers * layout.layer_params, "embedding": 0.0, "output": 0.0}
     table = c.padded_vocab_size * c.hidden_size / tp
     if rank == 0:
         out["embedding"] = table + (embedding_params(c) - c.padded_vocab_size * c.hidden_size)
@@ -61,37 +65,7 @@ def stage_parameters(layout, rank: int) -> dict[str, float]:
 
 
 # ---- activations -----------------------------------------------------------------------------------------------
-def saved_tensors(shape: LayerShape, recompute: str | None = None) -> dict[str, float]:
-    """Bytes one decoder layer keeps for its backward, per micro-batch, on one GPU. recompute: None, 'selective'
-    (no s x s tensors; flash keeps no log-sum-exp) or 'full' (only the layer's input)."""
-    c, t, e = shape.model, shape.tp, shape.elem
-    T, Ts, h = shape.tokens, shape.sp_tokens, c.hidden_size
-    if recompute == "full":
-        return {"layer_input": Ts * h * e}
-    q, kv, f = c.query_projection_size / t, c.kv_projection_size / t, c.ffn_hidden_size / t
-    up = 2 * f if c.swiglu else f
-    heads, b = c.num_attention_heads / t, shape.micro_batch_size
-    sq, skv = c.seq_length / shape.cp, c.seq_length
-    out = {"input_norm_input": Ts * h * e, "qkv_input": Ts * h * e, "query_key_value": T * (q + 2 * kv) * e}
-    if shape.flash:
-        out["attention_output"] = T * q * e
-        if recompute != "selective":
-            out["softmax_logsumexp"] = T * heads * 4
-    else:
-        if recompute != "selective":
-            scores = b * heads * sq * skv
-            out["softmax_output"] = scores * e
-            if c.attention_dropout > 0:
-                out["attention_dropout_mask"] = scores
-                out["attention_dropout_output"] = scores * e
-        out["attention_output"] = T * q * e
-    if c.hidden_dropout > 0:
-        out["hidden_dropout_masks"] = 2 * Ts * h
-    out.update({"pre_mlp_norm_input": Ts * h * e, "fc1_input": Ts * h * e, "activation_input": T * up * e,
-                "fc2_input": T * f * e})
-    return out
-
-
+@lru_cache(maxsize=4096)
 def layer_activation_bytes(shape: LayerShape, recompute: str | None = None) -> float:
     return float(sum(saved_tensors(shape, recompute).values()))
 
@@ -163,9 +137,9 @@ def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
         out["recompute_working_set"] = n * layer_activation_bytes(shape)
     if rank == layout.dims.pp - 1:
         out["logits"] = shape.tokens * c.padded_vocab_size / shape.tp * (shape.elem + 4)
-    if cfg.stage == 3:
-        layer = (attention_params(c) + mlp_params(c)) / layout.dims.tp + norm_params(c)
-        out["zero3_gathered_parameters"] = 2 * layer * cfg.param_bytes  # the unit in use and the prefetched one
+    if layout.sharding.weights:
+        # the unit in use and the prefetched one
+        out["zero3_gathered_parameters"] = 2 * layout.layer_params * cfg.param_bytes
     return out
 
 
@@ -196,11 +170,10 @@ def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
 def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> StageMemory:
     """Peak memory of one GPU of pipeline rank `rank` under the layout's schedule."""
     cfg, dims = layout.config, layout.dims
-    shape = LayerShape(layout.model, dims.tp, dims.cp, cfg.sp, cfg.micro_batch_size, cfg.flash_attention,
-                       cfg.tp_comm_overlap, 4 if cfg.param_bytes == 4 else 2)
+    shape = layout.layer_shape
     params = stage_parameters(layout, rank)
     n = sum(params.values())
-    per = bytes_per_parameter(cfg.param_bytes, cfg.grad_bytes, cfg.stage, dims.dp * dims.cp)
+    per = bytes_per_parameter(cfg.param_bytes, cfg.grad_bytes, cfg.stage, layout.data_parallel_shards)
     cats = {k: v * n for k, v in per.items()}
     if fp8:
         cats["weights"] += 2 * n  # FP8 copies of the weights and their transposes (Transformer Engine)
@@ -216,7 +189,7 @@ def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> Stage
     cats["reserved"] = float(cfg.memory_reserved)
     allocated = sum(v for k, v in cats.items() if k != "reserved")
     cats["fragmentation"] = allocated * cfg.memory_fragmentation
-    gpu = int(dims.grid[rank, 0, 0, 0])
+    gpu = int(dims.ranks(pp=rank, dp=0, cp=0, tp=0))
     details = {"activations_per_microbatch": per_chunk, "transient_detail": transient,
                "bytes_per_parameter": per, "parameters_detail": params}
     return StageMemory(rank, gpu, cats, float(capacity), peak_count, n, details)

@@ -1,4 +1,4 @@
-"""Megatron-LM's tensor-parallel communication regions (megatron/core/tensor_parallel/mappings.py), on a Comm.
+"""Megatron-LM's tensor-parallel communication regions (megatron/core/tensor_parallel/mappings.py), on a RankComm.
 
 Without sequence parallelism the activations between blocks are whole on every TP rank:
   column-parallel input  forward identity          backward all-reduce          ("f" in the Megatron paper)

@@ -1,9 +1,9 @@
 """A rank's communication and compute clock, over simcomm.distributed (simulated) or torch.distributed (real).
 
-The parallel training code talks to its peers only through `Comm`: the same calls run on the simulator (numpy
-arrays or size-only tensors; the FLOPs the layers count are charged as compute time before each communication,
-so the timeline shows compute and communication in order) and on real torch.distributed (numpy arrays shared
-with CPU torch tensors; no clock). Calls return their results rather than writing in place, so callers never
+Numeric training talks to its peers only through `RankComm`: the same calls run on the simulator (numpy arrays
+or size-only tensors; the kernels the model runs are charged as compute time (numeric_compute.py) before each
+communication, so the timeline shows compute and communication in order) and on real torch.distributed (numpy
+arrays shared with CPU torch tensors; no clock). Calls return their results rather than writing in place, so callers never
 depend on which backend reduced where. `tagged` labels everything started inside it (simulator only).
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import distributed as simdist
 from ..distributed import clock
+from ..distributed.runtime import current
 from ..errors import SimcommError
 from .model.layers import Flops
 from .model.tensor import Meta, as_meta, concat, is_meta
@@ -24,7 +25,7 @@ _OPS = ("sum", "max", "min")
 class Handle:
     """An asynchronous call in flight: wait() returns its result."""
 
-    def __init__(self, comm: "Comm", work, result, finish=None):
+    def __init__(self, comm: "RankComm", work, result, finish=None):
         self._comm, self._work, self._result, self._finish = comm, work, result, finish
         self._done = False
 
@@ -39,14 +40,15 @@ class Handle:
         return self._result
 
 
-class Comm:
+class RankComm:
     """Collectives, point-to-point and compute for one rank. `dist` is simcomm.distributed (default) or
     torch.distributed; groups come from `new_group` (every rank calls it for every group, in the same order)."""
 
     def __init__(self, dist=None):
         self.dist = dist or simdist
         self.simulated = self.dist is simdist
-        self.fl = Flops()
+        self.fl = Flops()  # matrix products counted (reported; the time comes from `kernels`)
+        self.kernels = None  # KernelCharges: the seconds of the kernels run since the last flush
         self.rank = self.dist.get_rank()
         self.world_size = self.dist.get_world_size()
         if not self.simulated:
@@ -54,12 +56,17 @@ class Comm:
             self._torch = torch
 
     # ---- time and labels ---------------------------------------------------------------------------------
+    def device(self):
+        """The simulated device this rank runs on (simulator only)."""
+        return current()[0].sim.cluster.device
+
     def flush(self) -> None:
-        """Queue the FLOPs counted since the last flush as compute on this rank's device (simulator only), as
+        """Queue the kernels charged since the last flush as compute on this rank's device (simulator only), as
         kernels on a GPU stream: the program goes on, and the rank's next communication waits for them."""
-        flops = self.fl.take()
-        if self.simulated and flops > 0:
-            clock.compute(flops=flops, label="compute", wait=False)
+        self.fl.take()
+        seconds = self.kernels.take() if self.kernels is not None else 0.0
+        if self.simulated and seconds > 0:
+            clock.compute(seconds=seconds, label="compute", wait=False)
 
     def synchronize(self) -> None:
         """Flush, and wait until this rank's queued compute has run."""
@@ -145,7 +152,7 @@ class Comm:
 
 
 class _Tagged(contextlib.AbstractContextManager):
-    def __init__(self, comm: Comm, tags: dict):
+    def __init__(self, comm: RankComm, tags: dict):
         self.comm, self.tags, self.inner = comm, tags, None
 
     def __enter__(self):

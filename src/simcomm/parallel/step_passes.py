@@ -1,19 +1,17 @@
-"""What one pipeline rank runs for one action of the schedule: a pass, the layer templates it is made of, and the
-gradient buckets its backward fills.
+"""What one pipeline rank runs for one action of the schedule in the step model: a pass, and the layer templates
+it is made of.
 
 A forward pass of model chunk c is the embedding (first virtual stage), the chunk's layers and the output layer
 with the loss (last virtual stage); a backward pass runs them in reverse, each recomputed layer's forward (full
-recomputation) or core attention (selective) right before its backward. Gradient buckets follow Megatron-LM's
-DistributedDataParallel: per model chunk, parameters in backward order, a new bucket once one holds
-`bucket_size` parameters (default max(40M, 1M x data-parallel size) with overlap_grad_reduce, else one bucket).
+recomputation) or core attention (selective) right before its backward. Each backward part says how many
+parameters' gradients it produces (the data-parallel buckets are made of them: data_parallel/timing.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model.flops import attention_params, mlp_params, norm_params
+from .layer_timing import Template
 from .model.memory import stage_parameters
-from .templates import Template
 
 PHASES = ("forward", "backward", "recompute")
 
@@ -40,26 +38,11 @@ class Pass:
         return tuple(p.layer for p in self.parts if p.layer >= 0 and p.phase != "recompute")
 
 
-@dataclass(frozen=True)
-class Bucket:
-    """A gradient bucket: parameters, the offset in the backward pass at which its last gradient is ready, and
-    the layers (-1 embedding, -2 output) whose gradients it holds."""
-
-    params: float
-    ready: float
-    layers: tuple[int, ...]
-
-
-def layer_params_per_gpu(model, tp: int) -> float:
-    return (attention_params(model) + mlp_params(model)) / tp + norm_params(model)
-
-
 def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]) -> Pass:
     """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` from templates `t` (keys
     layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
     output.forward/backward)."""
-    cfg, model = layout.config, layout.model
-    per_layer = layer_params_per_gpu(model, layout.dims.tp)
+    per_layer = layout.layer_params
     params = stage_parameters(layout, rank)
     layers = layout.layers_of(rank, chunk)
     seq: list[tuple[int, Template, str, float]] = []
@@ -73,10 +56,10 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
         if layout.has_output(rank, chunk):
             seq.append((-2, t["output.backward"], "backward", params["output"]))
         for pos in reversed(range(len(layers))):
-            if recomputed(cfg, pos):
-                seq.append((layers[pos], t["layer.recompute"], "recompute", 0.0))
-            elif cfg.recompute_granularity == "selective":
-                seq.append((layers[pos], t["layer.selective"], "recompute", 0.0))
+            rerun = layout.recomputes(pos)
+            if rerun:
+                seq.append((layers[pos], t["layer.recompute" if rerun == "full" else "layer.selective"], "recompute",
+                            0.0))
             seq.append((layers[pos], t["layer.backward"], "backward", per_layer))
         if layout.has_embedding(rank, chunk):
             seq.append((-1, t["embedding.backward"], "backward", params["embedding"]))
@@ -90,31 +73,3 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
             breakdown[axis] += v
         breakdown["interference"] += tpl.interference
     return Pass(tuple(parts), at, breakdown)
-
-
-def recomputed(cfg, position: int) -> bool:
-    """Whether full recomputation reruns the layer at `position` within its chunk (uniform: every layer; block:
-    the first recompute_num_layers)."""
-    if cfg.recompute_granularity != "full":
-        return False
-    return cfg.recompute_method == "uniform" or position < (cfg.recompute_num_layers or 0)
-
-
-def default_bucket_size(cfg, dp_cp: int) -> float | None:
-    """Megatron-LM's: max(40M, 1M x data-parallel size) parameters with overlap_grad_reduce; one bucket without."""
-    if cfg.bucket_size:
-        return float(cfg.bucket_size)
-    return float(max(40_000_000, 1_000_000 * dp_cp)) if cfg.overlap_grad_reduce else None
-
-
-def buckets(backward: Pass, size: float | None) -> list[Bucket]:
-    """Gradient buckets of one chunk, in the order the backward fills them."""
-    out, acc, members = [], 0.0, []
-    grads = [p for p in backward.parts if p.params > 0]
-    for n, p in enumerate(grads):
-        acc += p.params
-        members.append(p.layer)
-        if (size is not None and acc >= size) or n == len(grads) - 1:
-            out.append(Bucket(acc, p.offset + p.template.duration, tuple(members)))
-            acc, members = 0.0, []
-    return out

@@ -1,12 +1,14 @@
-"""The lecture's data, tensor and pipeline parallel examples, completed: forward, backward and optimizer step.
+"""The lecture's data, tensor and pipeline parallel examples (the seeds' "Parallelism 2"), completed: forward,
+backward and optimizer step. A user's program, not part of simcomm: the scenarios train-dp, train-tp and train-pp
+run it from here (a scenario's program is found in the scenario's directory first), and
+examples/training/lecture.py runs it from the command line.
 
-The lecture (the seeds' "Parallelism 2") trains an MLP of square GELU layers on a mean-square loss and leaves the
-backward passes of its tensor- and pipeline-parallel versions as homework. Here are all three, with AdamW as in
-its data-parallel version, written against torch.distributed's API. They run on simcomm as they are
-(`simcomm.spawn(data_parallelism, nprocs=4)`, or a scenario: `simcomm run scenarios/train-dp.yaml`) and on real
-torch.distributed (`dist=torch.distributed`; the arrays are shared with CPU torch tensors). Each returns, per rank,
-the loss of every step (as that rank sees it; None where it has none), the norm of the weights it holds, and with
-return_params=True the weights themselves.
+The lecture trains an MLP of square GELU layers on a mean-square loss and leaves the backward passes of its tensor-
+and pipeline-parallel versions as homework. Here are all three, with AdamW as in its data-parallel version, written
+against torch.distributed's API. They run on simcomm as they are (`simcomm.spawn(data_parallelism, nprocs=4)`, or
+`simcomm run scenarios/train-dp.yaml`) and on real torch.distributed (`dist=torch.distributed`; the arrays are
+shared with CPU torch tensors). Each returns, per rank, the loss of every step (as that rank sees it; None where it
+has none), the norm of the weights it holds, and with return_params=True the weights themselves.
 
 - data_parallelism: each rank takes batch / world rows; after backward, all_reduce(AVG) of every gradient.
 - tensor_parallelism: each rank holds num_dim / world columns of every layer; forward all-gathers the activation
@@ -15,18 +17,98 @@ return_params=True the weights themselves.
 - pipeline_parallelism: each rank holds num_layers / world consecutive layers; microbatches flow forward with
   send/recv and their gradients flow back, in GPipe's order (schedules.gpipe: every forward, then every backward).
 
-`gpt_training` is the numeric GPT of parallel/parallelize.py in any tp x cp x dp x pp layout, for scenarios.
+The MLP: `num_layers` square layers x -> gelu(x @ W), no biases, trained to shrink the mean square of its output;
+numpy, exact-erf GELU (torch's default), hand-written backward. Each function takes the weights a rank holds (all
+of them, a column slice for tensor parallelism, a run of layers for pipeline parallelism). Compute is charged at
+the device's rate from the FLOPs the products count.
 """
-from __future__ import annotations
+import math
 
 import numpy as np
 
-from .. import distributed as simdist
-from ..distributed import clock
-from .model import mlp
-from .model.layers import Flops
-from .optim import AdamW
-from .pipeline_parallel.schedules import FORWARD, gpipe
+import simcomm.distributed as simdist
+from simcomm.distributed import clock
+from simcomm.parallel.model.layers import Flops, linear, linear_backward
+from simcomm.parallel.model.tensor import as_meta, is_meta
+from simcomm.parallel.optim import AdamW
+from simcomm.parallel.pipeline_parallel.schedules import FORWARD, gpipe
+
+
+# ---- the MLP ----------------------------------------------------------------------------------------------
+# GELU with the exact erf (torch's F.gelu default)
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu_exact(x):
+    """0.5 x (1 + erf(x / sqrt 2)); returns (y, cache)."""
+    if is_meta(x):
+        return as_meta(x), None
+    cdf = 0.5 * (1.0 + _erf(x / math.sqrt(2.0))).astype(x.dtype)
+    return x * cdf, (x, cdf)
+
+
+def gelu_exact_backward(dy, cache):
+    if cache is None:
+        return as_meta(dy)
+    x, cdf = cache
+    return dy * (cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
+
+
+def init_params(num_dim: int, num_layers: int, seed: int = 0, dtype="float64") -> list[np.ndarray]:
+    """num_layers weights of num_dim x num_dim, normal / sqrt(num_dim), the same for any layout."""
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((num_dim, num_dim)) / math.sqrt(num_dim)).astype(dtype)
+            for _ in range(num_layers)]
+
+
+def layer_forward(x, w, fl: Flops | None = None):
+    """gelu(x @ w); returns (output, what backward needs)."""
+    z = linear(x, w, fl=fl)
+    a, cache = gelu_exact(z)
+    return a, (x, cache)
+
+
+def layer_backward(saved, w, da, dw, need_dx: bool = True, fl: Flops | None = None):
+    """Adds the weight gradient to dw; returns the input gradient (or None)."""
+    x, cache = saved
+    return linear_backward(x, w, gelu_exact_backward(da, cache), dw, need_dx=need_dx, fl=fl)
+
+
+def forward(x, params, fl: Flops | None = None):
+    saved = []
+    for w in params:
+        x, s = layer_forward(x, w, fl)
+        saved.append(s)
+    return x, saved
+
+
+def backward(saved, params, dout, grads, need_dx: bool = False, fl: Flops | None = None):
+    d = dout
+    for i in reversed(range(len(params))):
+        d = layer_backward(saved[i], params[i], d, grads[i], need_dx=need_dx or i > 0, fl=fl)
+    return d
+
+
+def mean_square(out, count: int | None = None):
+    """Loss sum(out^2) / count (count: the elements of the whole batch; default out's own) and its gradient."""
+    count = out.size if count is None else count
+    return float((out * out).sum() / count), 2.0 * out / count
+
+
+def train_serial(data, params, optimizer, num_steps: int):
+    """The whole batch on one process: the reference for the parallel examples. Returns (params, losses)."""
+    params = [p.copy() for p in params]
+    states = [optimizer.state(p) for p in params]
+    losses = []
+    for _ in range(num_steps):
+        out, saved = forward(data, params)
+        loss, dout = mean_square(out)
+        grads = [np.zeros_like(p) for p in params]
+        backward(saved, params, dout, grads)
+        for p, g, s in zip(params, grads, states):
+            optimizer.step(p, g, s)
+        losses.append(loss)
+    return params, losses
 
 
 # ---- helpers: the same code on simcomm and on torch.distributed ----------------------------------------------
@@ -66,15 +148,15 @@ def data_parallelism(rank: int, batch_size: int = 16, num_dim: int = 32, num_lay
     data = example_data(batch_size, num_dim, seed)
     local = batch_size // world_size
     data = data[rank * local:(rank + 1) * local]  # this rank's rows
-    params = mlp.init_params(num_dim, num_layers, seed)  # every rank: the whole model
+    params = init_params(num_dim, num_layers, seed)  # every rank: the whole model
     optimizer = AdamW(lr=lr)
     states = [optimizer.state(p) for p in params]
     fl, losses = Flops(), []
     for _ in range(num_steps):
-        out, saved = mlp.forward(data, params, fl)
-        loss, dout = mlp.mean_square(out)
+        out, saved = forward(data, params, fl)
+        loss, dout = mean_square(out)
         grads = [np.zeros_like(p) for p in params]
-        mlp.backward(saved, params, dout, grads, fl=fl)
+        backward(saved, params, dout, grads, fl=fl)
         _charge(fl, dist)
         for g in grads:  # the only difference from single-process training
             dist.all_reduce(_tensor(g, dist), op=dist.ReduceOp.AVG)
@@ -93,7 +175,7 @@ def tensor_parallelism(rank: int, batch_size: int = 16, num_dim: int = 32, num_l
     data = example_data(batch_size, num_dim, seed)  # every rank: all the data
     cols = num_dim // world_size
     mine = slice(rank * cols, (rank + 1) * cols)
-    params = [np.ascontiguousarray(w[:, mine]) for w in mlp.init_params(num_dim, num_layers, seed)]
+    params = [np.ascontiguousarray(w[:, mine]) for w in init_params(num_dim, num_layers, seed)]
     optimizer = AdamW(lr=lr)
     states = [optimizer.state(p) for p in params]
     fl, losses = Flops(), []
@@ -101,18 +183,18 @@ def tensor_parallelism(rank: int, batch_size: int = 16, num_dim: int = 32, num_l
         x, inputs, saved = data, [], []
         for w in params:
             inputs.append(x)
-            a, s = mlp.layer_forward(x, w, fl)  # batch x cols: this rank's columns of the layer's output
+            a, s = layer_forward(x, w, fl)  # batch x cols: this rank's columns of the layer's output
             saved.append(s)
             _charge(fl, dist)
             parts = [np.empty_like(a) for _ in range(world_size)]
             dist.all_gather([_tensor(p, dist) for p in parts], _tensor(np.ascontiguousarray(a), dist))
             x = np.concatenate(parts, axis=1)  # batch x num_dim
-        loss, dx = mlp.mean_square(x)  # the same on every rank
+        loss, dx = mean_square(x)  # the same on every rank
         grads = [np.zeros_like(p) for p in params]
         for i in reversed(range(num_layers)):
             # all_gather's backward: this rank's columns of the gradient; the layer's input gradient is a sum
             # of every rank's partial product, so all-reduce it (not needed for the data)
-            partial = mlp.layer_backward(saved[i], params[i], np.ascontiguousarray(dx[:, mine]), grads[i],
+            partial = layer_backward(saved[i], params[i], np.ascontiguousarray(dx[:, mine]), grads[i],
                                          need_dx=i > 0, fl=fl)
             _charge(fl, dist)
             if i > 0:
@@ -132,7 +214,7 @@ def pipeline_parallelism(rank: int, batch_size: int = 16, num_dim: int = 32, num
     world_size = dist.get_world_size()
     data = example_data(batch_size, num_dim, seed)
     per_rank = num_layers // world_size
-    params = mlp.init_params(num_dim, num_layers, seed)[rank * per_rank:(rank + 1) * per_rank]
+    params = init_params(num_dim, num_layers, seed)[rank * per_rank:(rank + 1) * per_rank]
     micro = batch_size // num_micro_batches
     optimizer = AdamW(lr=lr)
     states = [optimizer.state(p) for p in params]
@@ -147,12 +229,12 @@ def pipeline_parallelism(rank: int, batch_size: int = 16, num_dim: int = 32, num
                 x = data[m * micro:(m + 1) * micro] if first else np.empty((micro, num_dim))
                 if not first:
                     dist.recv(_tensor(x, dist), src=rank - 1)  # activations from the previous stage
-                x, saved[m] = mlp.forward(x, params, fl)
+                x, saved[m] = forward(x, params, fl)
                 _charge(fl, dist)
                 if not last:
                     dist.send(_tensor(x, dist), dst=rank + 1)
                 else:
-                    part, _ = mlp.mean_square(x, batch_size * num_dim)  # this microbatch's share of the loss
+                    part, _ = mean_square(x, batch_size * num_dim)  # this microbatch's share of the loss
                     loss += part
                     saved[m] = (saved[m], x)
             else:
@@ -162,7 +244,7 @@ def pipeline_parallelism(rank: int, batch_size: int = 16, num_dim: int = 32, num
                 else:
                     s, dout = saved.pop(m), np.empty((micro, num_dim))
                     dist.recv(_tensor(dout, dist), src=rank + 1)  # the output gradient from the next stage
-                dx = mlp.backward(s, params, dout, grads, need_dx=not first, fl=fl)
+                dx = backward(s, params, dout, grads, need_dx=not first, fl=fl)
                 _charge(fl, dist)
                 if not first:
                     dist.send(_tensor(dx, dist), dst=rank - 1)
@@ -179,19 +261,3 @@ EXAMPLES = {"data_parallelism": data_parallelism, "tensor_parallelism": tensor_p
 def run_example(rank: int, dist, name: str, *args) -> dict:
     """EXAMPLES[name](rank, *args) with `dist` (for backends.torch_runner.compare, which passes dist)."""
     return EXAMPLES[name](rank, *args, return_params=True, dist=dist)
-
-
-# ---- the numeric GPT, for scenarios --------------------------------------------------------------------------
-def gpt_training(rank: int, settings: dict | None = None) -> dict:
-    """Train the numeric GPT (parallel/parallelize.py) with `settings`: TrainConfig fields (Megatron names) and
-    `model`, a preset name or a dict of TransformerConfig fields. Returns the rank's losses and state bytes."""
-    from .model.config import TransformerConfig, model_preset
-    from .parallelize import train
-    from .train_config import TrainConfig
-    settings = dict(settings or {})
-    model = settings.pop("model", {"num_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
-                                   "seq_length": 16, "padded_vocab_size": 64})
-    model = model_preset(model) if isinstance(model, str) else TransformerConfig(**model)
-    cfg = TrainConfig(model, **settings)
-    out = train(rank, cfg)
-    return {"loss": out["loss"], "coords": out["coords"], "state_bytes": out["state_bytes"]}

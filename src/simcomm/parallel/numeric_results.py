@@ -6,14 +6,13 @@ import math
 import numpy as np
 
 from .model.gpt import WORD, param_specs, unshard
-from .train_config import TrainConfig
 
 
-def global_losses(results: list[dict], cfg: TrainConfig) -> list[float]:
+def global_losses(results: list[dict], layout) -> list[float]:
     """The loss of each step over the whole batch (the last stage's shares, one TP rank, summed over dp x cp)."""
     shares = [r["loss_share"] for r in results
-              if r["coords"]["pp"] == cfg.dims.pp - 1 and r["coords"]["tp"] == 0]
-    return [float(sum(s[i] for s in shares)) for i in range(cfg.train_iters)]
+              if r["coords"]["pp"] == layout.dims.pp - 1 and r["coords"]["tp"] == 0]
+    return [float(sum(s[i] for s in shares)) for i in range(layout.config.train_iters)]
 
 
 def _from_shards(results: list[dict], name: str) -> np.ndarray | None:
@@ -32,14 +31,14 @@ def _from_shards(results: list[dict], name: str) -> np.ndarray | None:
     return None
 
 
-def full_params(results: list[dict], cfg: TrainConfig) -> dict:
+def full_params(results: list[dict], layout) -> dict:
     """Every parameter, whole, from the ranks that hold it (TP parts concatenated; ZeRO-3 shards joined). The
     tied word embedding is taken from the first stage."""
-    specs = param_specs(cfg.model)
+    specs = param_specs(layout.model)
     out = {}
     for name, spec in specs.items():
         parts = []
-        for t in range(cfg.dims.tp):
+        for t in range(layout.dims.tp):
             holders = [r for r in results if r["coords"]["tp"] == t and _holds(r, name)]
             if name == WORD:
                 holders.sort(key=lambda r: r["coords"]["pp"])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from simcomm.hardware import build_cluster
-from simcomm.parallel.traffic import Traffic
+from simcomm.parallel.step_traffic import Traffic
 from simcomm.session import Session
 
 

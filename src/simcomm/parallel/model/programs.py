@@ -1,6 +1,7 @@
-"""The kernels and tensor/context-parallel communication of one transformer layer, one micro-batch, one GPU.
+"""Programs: the kernels and tensor/context-parallel communication of one transformer layer (and of the embedding
+and the output layer), one micro-batch, one GPU, derived from the layer's one description (layer.py).
 
-A program is a list of Steps. A Step's compute kernels run back to back on the GPU's compute stream while its
+A program is a list of LayerSteps. A step's compute kernels run back to back on the GPU's compute stream while its
 communication runs beside them (each axis in order on its own stream); the step ends when both are done. So a
 step with compute and communication is overlap, and a step with only communication is exposed communication.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import TransformerConfig
+from .layer import CoreAttention, LayerShape, Linear, Pointwise, decoder_layer
 
 GEMM, ATTENTION, MEMORY = "gemm", "attention", "memory"
 
@@ -39,7 +40,7 @@ class Kernel:
 
 
 @dataclass(frozen=True)
-class Comm:
+class LayerComm:
     """Communication beside the compute: a collective over the GPU's TP group (nbytes = nccl-tests' S), or
     `steps` ring sends of nbytes each to the next CP rank."""
 
@@ -51,33 +52,9 @@ class Comm:
 
 
 @dataclass(frozen=True)
-class Step:
+class LayerStep:
     compute: tuple[Kernel, ...] = ()
-    comm: tuple[Comm, ...] = ()
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """Everything the kernels depend on (hashable: programs are cached by it)."""
-
-    model: TransformerConfig
-    tp: int
-    cp: int
-    sp: bool
-    micro_batch_size: int
-    flash: bool = True
-    tp_comm_overlap: bool = False
-    elem: int = 2  # activation bytes
-
-    @property
-    def tokens(self) -> int:
-        """Tokens each GPU holds between the TP collectives: b s / cp."""
-        return self.micro_batch_size * self.model.seq_length // self.cp
-
-    @property
-    def sp_tokens(self) -> int:
-        """Tokens of the norms, dropouts and residual adds: T / t with sequence parallelism."""
-        return self.tokens // self.tp if self.sp else self.tokens
+    comm: tuple[LayerComm, ...] = ()
 
 
 def _mem(name: str, nbytes: float, cls: str = "elementwise") -> Kernel:
@@ -91,27 +68,27 @@ def _gemm(name: str, m: int, n: int, k: int) -> Kernel:
 class _Builder:
     def __init__(self, shape: LayerShape):
         self.s = shape
-        self.steps: list[Step] = []
+        self.steps: list[LayerStep] = []
 
     def compute(self, *kernels: Kernel) -> None:
         if self.steps and not self.steps[-1].comm:  # merge into the previous compute-only step
-            self.steps[-1] = Step(self.steps[-1].compute + kernels)
+            self.steps[-1] = LayerStep(self.steps[-1].compute + kernels)
         else:
-            self.steps.append(Step(kernels))
+            self.steps.append(LayerStep(kernels))
 
-    def beside(self, kernels: tuple[Kernel, ...], *comm: Comm) -> None:
-        self.steps.append(Step(tuple(kernels), tuple(c for c in comm if c is not None)))
+    def beside(self, kernels: tuple[Kernel, ...], *comm: LayerComm) -> None:
+        self.steps.append(LayerStep(tuple(kernels), tuple(c for c in comm if c is not None)))
 
-    def exposed(self, *comm: Comm) -> None:
-        self.steps.append(Step((), tuple(c for c in comm if c is not None)))
+    def exposed(self, *comm: LayerComm) -> None:
+        self.steps.append(LayerStep((), tuple(c for c in comm if c is not None)))
 
 
-def _tp(shape: LayerShape, name: str, collective: str, tokens: int, width: int) -> Comm | None:
+def _tp(shape: LayerShape, name: str, collective: str, tokens: int, width: int) -> LayerComm | None:
     """A TP collective on a [tokens, width] activation (None at t = 1). S is the whole buffer for all_gather and
     reduce_scatter, each rank's buffer for all_reduce (nccl-tests)."""
     if shape.tp == 1:
         return None
-    return Comm(name, "tp", collective, float(tokens * width * shape.elem))
+    return LayerComm(name, "tp", collective, float(tokens * width * shape.elem))
 
 
 def _gather(shape: LayerShape, name: str):
@@ -165,104 +142,81 @@ def _row_backward(b: _Builder, name: str, m: int, n: int, k: int) -> None:
         b.compute(dgrad, wgrad)
 
 
-def _attention_kernels(shape: LayerShape, backward: bool) -> tuple[Kernel, ...]:
-    c = shape.model
-    heads = c.num_attention_heads // shape.tp
-    b, d = shape.micro_batch_size, c.kv_channels
-    sq, skv = c.seq_length // shape.cp, c.seq_length
-    formula = 4.0 * b * heads * sq * skv * d  # scores and x V over the full matrix, forward
-    if shape.flash:
+def attention_kernels(shape: LayerShape, att: CoreAttention, backward: bool) -> tuple[Kernel, ...]:
+    formula, bh, sq, skv, d = att.flops, att.batch_heads, att.sq, att.skv, att.head_dim
+    if att.flash:
         real = formula / 2  # the causal kernel skips the masked half
         if backward:
-            return (Kernel("core_attention.backward", ATTENTION, (b * heads, sq, 2.5 * real, "backward"),
-                           2 * formula),)
-        return (Kernel("core_attention", ATTENTION, (b * heads, sq, real, "forward"), formula),)
-    batches = b * heads
-    scores = batches * sq * skv * shape.elem
-    drop = c.attention_dropout > 0
+            return (Kernel("core_attention.backward", ATTENTION, (bh, sq, 2.5 * real, "backward"), 2 * formula),)
+        return (Kernel("core_attention", ATTENTION, (bh, sq, real, "forward"), formula),)
+    scores = bh * sq * skv * shape.elem
     # Megatron's fused scale-mask-softmax kernel takes 16-bit scores; fp32 masks in a pass of its own (torch)
     mask = (_mem("attention_mask", 2 * scores),) if shape.elem == 4 else ()
-    fwd = (Kernel("scores", GEMM, (batches * sq, skv, d), 2.0 * batches * sq * skv * d), *mask,
+    fwd = (Kernel("scores", GEMM, (bh * sq, skv, d), 2.0 * bh * sq * skv * d), *mask,
            _mem("softmax", 2 * scores, "softmax"))
-    fwd += (_mem("attention_dropout", 2 * scores + scores / 2),) if drop else ()
-    fwd += (Kernel("attention_x_v", GEMM, (batches * sq, d, skv), 2.0 * batches * sq * skv * d),)
+    fwd += (_mem("attention_dropout", 2 * scores + scores / 2),) if att.dropout else ()
+    fwd += (Kernel("attention_x_v", GEMM, (bh * sq, d, skv), 2.0 * bh * sq * skv * d),)
     if not backward:
         return fwd
-    out = (Kernel("attention_x_v.backward", GEMM, (batches * sq, skv, 2 * d), 4.0 * batches * sq * skv * d),)
-    out += (_mem("attention_dropout.backward", 2.5 * scores),) if drop else ()
+    out = (Kernel("attention_x_v.backward", GEMM, (bh * sq, skv, 2 * d), 4.0 * bh * sq * skv * d),)
+    out += (_mem("attention_dropout.backward", 2.5 * scores),) if att.dropout else ()
     out += (_mem("softmax.backward", 3 * scores, "softmax"),)
     out += (_mem("attention_mask.backward", 2 * scores),) if mask else ()
-    return out + (Kernel("scores.backward", GEMM, (batches * sq, 2 * d, skv), 4.0 * batches * sq * skv * d),)
+    return out + (Kernel("scores.backward", GEMM, (bh * sq, 2 * d, skv), 4.0 * bh * sq * skv * d),)
 
 
-def _cp_ring(shape: LayerShape, backward: bool) -> Comm | None:
+def _attention(b: _Builder, att: CoreAttention, backward: bool) -> None:
+    """Core attention's kernels, the CP ring's K,V exchange beside them."""
+    kernels = attention_kernels(b.s, att, backward)
+    ring = _cp_ring(b.s, backward)
+    b.beside(kernels, ring) if ring is not None else b.compute(*kernels)
+
+
+def _cp_ring(shape: LayerShape, backward: bool) -> LayerComm | None:
     """Ring attention: cp - 1 steps, each passing this GPU's K,V chunk on (and dK,dV back in the backward)."""
     if shape.cp == 1:
         return None
     c = shape.model
     kv = shape.tokens * 2 * c.kv_projection_size // shape.tp * shape.elem
-    return Comm("context_parallel.kv_ring" + (".backward" if backward else ""), "cp", "ring",
+    return LayerComm("context_parallel.kv_ring" + (".backward" if backward else ""), "cp", "ring",
                 float(kv * (2 if backward else 1)), shape.cp - 1)
 
 
-def layer_forward(shape: LayerShape) -> list[Step]:
-    """One decoder layer's forward."""
-    c, t = shape.model, shape.tp
-    T, Ts, h, e = shape.tokens, shape.sp_tokens, c.hidden_size, shape.elem
-    q, kv, f = c.query_projection_size // t, c.kv_projection_size // t, c.ffn_hidden_size // t
-    drop = 1 if c.hidden_dropout > 0 else 0
+def layer_forward(shape: LayerShape) -> list[LayerStep]:
+    """One decoder layer's forward: its operations in order, each product with its TP communication."""
     b = _Builder(shape)
-    b.compute(_mem("input_norm", 2 * Ts * h * e, "norm"))
-    _column_forward(b, "qkv", _gemm("qkv", T, q + 2 * kv, h))
-    if c.position_embedding_type == "rope":
-        b.compute(_mem("rope", 2 * T * (q + kv) * e))
-    att = _attention_kernels(shape, backward=False)
-    ring = _cp_ring(shape, backward=False)
-    b.beside(att, ring) if ring is not None else b.compute(*att)
-    _row_forward(b, "proj", _gemm("proj", T, h, q))
-    b.compute(_mem("attention_residual", Ts * h * (3 * e + drop)), _mem("pre_mlp_norm", 2 * Ts * h * e, "norm"))
-    up = 2 * f if c.swiglu else f
-    _column_forward(b, "fc1", _gemm("fc1", T, up, h))
-    b.compute(_mem("swiglu" if c.swiglu else "gelu", T * (up + f) * e))
-    _row_forward(b, "fc2", _gemm("fc2", T, h, f))
-    b.compute(_mem("mlp_residual", Ts * h * (3 * e + drop)))
+    for op in decoder_layer(shape):
+        if isinstance(op, Pointwise):
+            b.compute(_mem(op.name, op.forward_bytes, op.op_class))
+        elif isinstance(op, Linear):
+            (_column_forward if op.parallel == "column" else _row_forward)(b, op.name, _gemm(op.name, op.m, op.n,
+                                                                                              op.k))
+        else:
+            _attention(b, op, backward=False)
     return b.steps
 
 
-def layer_backward(shape: LayerShape) -> list[Step]:
-    """One decoder layer's backward (without any recomputation)."""
-    c, t = shape.model, shape.tp
-    T, Ts, h, e = shape.tokens, shape.sp_tokens, c.hidden_size, shape.elem
-    q, kv, f = c.query_projection_size // t, c.kv_projection_size // t, c.ffn_hidden_size // t
-    up = 2 * f if c.swiglu else f
+def layer_backward(shape: LayerShape) -> list[LayerStep]:
+    """One decoder layer's backward (without any recomputation): its operations in reverse."""
     b = _Builder(shape)
-    b.compute(_mem("mlp_residual.backward", 2 * Ts * h * e))
-    _row_backward(b, "fc2", T, h, f)
-    b.compute(_mem(("swiglu" if c.swiglu else "gelu") + ".backward", T * (2 * up + f) * e))
-    _column_backward(b, "fc1", T, up, h)
-    b.compute(_mem("pre_mlp_norm.backward", 3 * Ts * h * e, "norm"),
-              _mem("attention_residual.backward", 2 * Ts * h * e))
-    _row_backward(b, "proj", T, h, q)
-    att = _attention_kernels(shape, backward=True)
-    ring = _cp_ring(shape, backward=True)
-    b.beside(att, ring) if ring is not None else b.compute(*att)
-    if c.position_embedding_type == "rope":
-        b.compute(_mem("rope.backward", 2 * T * (q + kv) * e))
-    _column_backward(b, "qkv", T, q + 2 * kv, h)
-    b.compute(_mem("input_norm.backward", 3 * Ts * h * e, "norm"))
+    for op in reversed(decoder_layer(shape)):
+        if isinstance(op, Pointwise):
+            b.compute(_mem(op.name + ".backward", op.backward_bytes, op.op_class))
+        elif isinstance(op, Linear):
+            (_column_backward if op.parallel == "column" else _row_backward)(b, op.name, op.m, op.n, op.k)
+        else:
+            _attention(b, op, backward=True)
     return b.steps
 
 
-def selective_recompute(shape: LayerShape) -> list[Step]:
+def selective_recompute(shape: LayerShape) -> list[LayerStep]:
     """What selective recomputation reruns before a layer's backward: core attention's forward."""
     b = _Builder(shape)
-    att = _attention_kernels(shape, backward=False)
-    ring = _cp_ring(shape, backward=False)
-    b.beside(att, ring) if ring is not None else b.compute(*att)
+    _attention(b, next(op for op in decoder_layer(shape) if isinstance(op, CoreAttention)), backward=False)
     return b.steps
 
 
-def embedding_forward(shape: LayerShape) -> list[Step]:
+def embedding_forward(shape: LayerShape) -> list[LayerStep]:
     """Vocab-parallel embedding lookup; its partial sums are all-reduced (reduce-scattered with SP) over TP."""
     c, T, h, e = shape.model, shape.tokens, shape.model.hidden_size, shape.elem
     b = _Builder(shape)
@@ -275,7 +229,7 @@ def embedding_forward(shape: LayerShape) -> list[Step]:
     return b.steps
 
 
-def embedding_backward(shape: LayerShape) -> list[Step]:
+def embedding_backward(shape: LayerShape) -> list[LayerStep]:
     T, h, e = shape.tokens, shape.model.hidden_size, shape.elem
     b = _Builder(shape)
     ag = _gather(shape, "embedding.grad_all_gather")
@@ -285,11 +239,11 @@ def embedding_backward(shape: LayerShape) -> list[Step]:
     return b.steps
 
 
-def _loss_allreduce(shape: LayerShape, name: str) -> Comm | None:
+def _loss_allreduce(shape: LayerShape, name: str) -> LayerComm | None:
     return _tp(shape, name, "all_reduce", shape.tokens, 1) if shape.tp > 1 else None
 
 
-def output_forward(shape: LayerShape) -> list[Step]:
+def output_forward(shape: LayerShape) -> list[LayerStep]:
     """Final norm, the vocab-parallel output layer and cross-entropy (three small all-reduces over TP: max, sum
     of exponentials, target logit; fp32 logits)."""
     c, T, h, e = shape.model, shape.tokens, shape.model.hidden_size, shape.elem
@@ -301,11 +255,11 @@ def output_forward(shape: LayerShape) -> list[Step]:
         b.compute(_mem(f"cross_entropy.{what}", traffic, "softmax"))
         ar = _loss_allreduce(shape, f"cross_entropy.{what}_all_reduce")
         if ar is not None:
-            b.exposed(Comm(ar.name, "tp", "all_reduce", float(T * 4)))
+            b.exposed(LayerComm(ar.name, "tp", "all_reduce", float(T * 4)))
     return b.steps
 
 
-def output_backward(shape: LayerShape) -> list[Step]:
+def output_backward(shape: LayerShape) -> list[LayerStep]:
     c, T, h, e = shape.model, shape.tokens, shape.model.hidden_size, shape.elem
     v = c.padded_vocab_size // shape.tp
     b = _Builder(shape)
@@ -315,6 +269,6 @@ def output_backward(shape: LayerShape) -> list[Step]:
     return b.steps
 
 
-def program_flops(steps: list[Step]) -> float:
+def program_flops(steps: list[LayerStep]) -> float:
     """Formula FLOPs of a program on one GPU."""
     return sum(k.flops for st in steps for k in st.compute)

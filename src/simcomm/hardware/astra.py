@@ -1,18 +1,38 @@
-"""Build a Cluster from ASTRA-sim style dimensions: topology, npus_count, bandwidth and latency per dimension.
+"""A Cluster from ASTRA-sim style dimensions: topology, npus_count, bandwidth and latency per dimension.
 
-Dimension 1 is inside a node, dimension 2 (if any) across nodes. Bandwidth is that of each link of the dimension,
-per direction (ASTRA-sim's convention); latency is one way between two NPUs of the dimension.
+Dimension 1 is inside a node (Switch: an NVSwitch-like crossbar; FullyConnected: a link between every pair; Ring:
+each NPU's router forwards around a ring), dimension 2 (if any, a Switch) across nodes. Bandwidth is that of each
+link of the dimension, per direction (ASTRA-sim's convention); latency is one way between two NPUs of the
+dimension. The scenario's `cluster` in dimension form (scenario/schema.py DimsCluster) is built here.
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
-from ..hardware import Cluster, NodeTemplate, build_cluster, build_fabric, duplex
+from .cluster import Cluster
+from .fabrics import build_fabric
+from .model import NodeTemplate, duplex
+from .presets import build_cluster
 
 SOURCE = "ASTRA-sim style dimensions from the scenario file"
 
 
-def _node(spec, device) -> NodeTemplate:
+@dataclass(frozen=True)
+class Dimensions:
+    """ASTRA-sim's per-dimension description (rates in bytes/s, times in seconds); `device` names the preset whose
+    device figures the NPUs use, optionally with their memory bandwidth or compute rate replaced."""
+
+    topology: tuple[str, ...]
+    npus_count: tuple[int, ...]
+    bandwidth: tuple[float, ...]
+    latency: tuple[float, ...]
+    device: str = "hgx-h100"
+    memory_bandwidth: float | None = None
+    compute_rate: float | None = None
+
+
+def _node(spec: Dimensions, device) -> NodeTemplate:
     kind, n, bw, lat = spec.topology[0], spec.npus_count[0], spec.bandwidth[0], spec.latency[0]
     gpus = [f"npu{i}" for i in range(n)]
     vertices = {g: device.kind for g in gpus}
@@ -41,8 +61,9 @@ def _node(spec, device) -> NodeTemplate:
                         tuple(range(n)) if nics else (), nic_bw, nic_lat, False, (SOURCE,))
 
 
-def build_dims_cluster(spec, tuning_changes: dict | None = None) -> Cluster:
-    """A Cluster from a schema.DimsCluster; `tuning_changes` set fields of its tuning (see build_cluster)."""
+def build_astra_cluster(spec: Dimensions, tuning_changes: dict | None = None) -> Cluster:
+    """The cluster of `spec`: npus_count[0] NPUs per node, npus_count[1] nodes on one switch; `tuning_changes`
+    set fields of its tuning (see build_cluster)."""
     preset = build_cluster(spec.device)
     changes = {k: getattr(spec, k) for k in ("memory_bandwidth", "compute_rate") if getattr(spec, k) is not None}
     device = dataclasses.replace(preset.device, **changes)

@@ -14,20 +14,22 @@ and what its time is made of (`mix`: kernels and idle waits), so communication b
 as its kernels would.
 
 Replaying is exact when the groups' links carry nothing else while the layer runs, which holds when TP and CP
-stay inside a node and DP and PP traffic leaves it (step.py checks the links and says when it does not); groups
-on other nodes of the same local layout behave identically (every node is a copy of one template). One Template
+stay inside a node and DP and PP traffic leaves it (step_cost.py checks the links and says when it does not);
+groups on other nodes of the same local layout behave identically (every node is a copy of one template). One Template
 is made per distinct local layout of the stage's groups (nodes of a PCIe box are not symmetric inside).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 import numpy as np
 
 from ..engine import Mix
 from ..engine import sharing
 from ..session import Session
-from .model.layer_ops import ATTENTION, GEMM, Comm, Kernel, Step
+from .model import programs as ops
+from .model.programs import ATTENTION, GEMM, Kernel, LayerComm, LayerStep
 
 # Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub: "num_sm": 1
 # for the ring-exchange all-gathers, which copy with the copy engines, else 16 with set_sm_margin): Megatron-LM's
@@ -38,16 +40,16 @@ USERBUFFERS_SMS = {"ring_exchange": 1, "pipeline": 16, "bulk": 16}
 
 @dataclass(frozen=True)
 class Segment:
-    """One kernel or transfer of a template, with offsets from the template's start."""
+    """One kernel or transfer of a template, with offsets from the template's start; a transfer keeps the kind
+    and the tags the Session recorded it with (collective, algorithm, protocol, dtype, op, axis)."""
 
     stream: str  # compute | tp | cp
     start: float
     end: float
     name: str
     nbytes: float = 0.0
-    collective: str = ""
-    algorithm: str = ""
-    protocol: str = ""
+    kind: str = "compute"  # compute | collective | p2p
+    tags: Mapping = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,15 +64,6 @@ class Template:
     mix: Mix | None = field(repr=False, default=None)  # what its time is made of: kernels and idle waits
 
 
-def kernel_seconds(cm, k: Kernel) -> float:
-    if k.kind == GEMM:
-        return cm.gemm(*k.shape)
-    if k.kind == ATTENTION:
-        bh, sq, real, which = k.shape
-        return cm.attention_forward(bh, sq, real) if which == "forward" else cm.attention_backward(bh, sq, real)
-    return cm.memory(*k.shape)
-
-
 def engine_kernel(cm, k: Kernel, seconds: float) -> sharing.Kernel:
     """The shape the engine slows `k` by (its grid, its share of HBM time)."""
     if k.kind == GEMM:
@@ -80,7 +73,7 @@ def engine_kernel(cm, k: Kernel, seconds: float) -> sharing.Kernel:
     return sharing.MEMORY_KERNEL
 
 
-def userbuffers_sms(c: Comm) -> tuple[int, bool]:
+def userbuffers_sms(c: LayerComm) -> tuple[int, bool]:
     """(SMs, whether the GEMM beside is sized around them) of an overlapped TP collective under tp_comm_overlap:
     ring exchange for the all-gathers feeding a forward GEMM ("qkv.all_gather") or a row-parallel dgrad
     ("proj.grad_all_gather"), pipeline (forward reduce-scatters) or bulk (the column-parallel backward) else."""
@@ -102,24 +95,24 @@ class TemplateRunner:
         self.dtype = dtype
         self.ideal = ideal
 
-    def _comm(self, c: Comm, out: list, t0: float, userbuffers: bool = False):
+    def _comm(self, c: LayerComm, out: list, t0: float, userbuffers: bool = False):
         s = self.session
         if c.axis == "tp":
             sms, margin = userbuffers_sms(c) if userbuffers else (None, False)
             ops = [s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype, tags={"axis": "tp"},
                                 sms=sms, sm_margin=margin) for row in self.stage]
             yield s.all_of(ops)
-            rec = ops[0].record
             out.append(Segment("tp", ops[0].start - t0, max(o.end for o in ops) - t0, c.name, c.nbytes,
-                               rec.collective, rec.algorithm, rec.protocol))
+                               "collective", ops[0].record.tags))
             return
         src, dst = self.stage, np.roll(self.stage, -1, axis=0)  # each TP rank's ring over the CP ranks
         for i in range(c.steps):
             op = s.send(src.reshape(-1), dst.reshape(-1), c.nbytes, tags={"axis": "cp"})
             yield op
-            out.append(Segment("cp", op.start - t0, op.end - t0, f"{c.name} step {i + 1}", c.nbytes, "p2p"))
+            out.append(Segment("cp", op.start - t0, op.end - t0, f"{c.name} step {i + 1}", c.nbytes, "p2p",
+                               op.tags))
 
-    def run(self, name: str, steps: list[Step], userbuffers: bool = False) -> Template:
+    def run(self, name: str, steps: list[LayerStep], userbuffers: bool = False) -> Template:
         """Time `steps`; userbuffers: TP communication beside compute is Transformer Engine's (tp_comm_overlap)."""
         tpl = self._run(name, steps, userbuffers, None)
         if not self.session.sim.interference or self.ideal or not any(st.comm and st.compute for st in steps):
@@ -128,7 +121,7 @@ class TemplateRunner:
         return replace(tpl, compute=alone.compute, exposed=alone.exposed,
                        interference=tpl.duration - alone.duration)
 
-    def _run(self, name: str, steps: list[Step], userbuffers: bool, interference: bool | None) -> Template:
+    def _run(self, name: str, steps: list[LayerStep], userbuffers: bool, interference: bool | None) -> Template:
         # A fresh simulation from time 0 for every program: its times then do not depend on what ran before
         # (float rounding of absolute clocks), so a template is the same whichever layout asks for it first.
         s = self.session = Session(self.cluster, detail="steps", interference=interference)
@@ -141,7 +134,7 @@ class TemplateRunner:
             t0 = s.now
             for st in steps:
                 start = s.now
-                secs = [kernel_seconds(self.cm, k) for k in st.compute]
+                secs = [self.cm.kernel(k) for k in st.compute]
                 shapes = [engine_kernel(self.cm, k, dt) for k, dt in zip(st.compute, secs)]
                 waits, kernels = [], None
                 if secs:
@@ -181,3 +174,31 @@ class TemplateRunner:
         weights = [p[0] for p in parts]
         mix = Mix(weights, [p[1] for p in parts]) if sum(weights) > 0 else None
         return Template(name, duration, busy[0], exposed, flops, tuple(segments), 0.0, mix)
+
+
+class TemplateCache:
+    """Templates by (local layout of the stage, program): shared by the layouts a search evaluates."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self._runners: dict = {}
+        self._done: dict = {}
+
+    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str):
+        rpn = self.cluster.ranks_per_node
+        local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
+        key = (local, shape, dtype, ideal, cm.key, name)
+        if key not in self._done:
+            rk = (local, stage.shape, dtype, ideal, cm.key)
+            runner = self._runners.get(rk)
+            if runner is None:
+                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal)
+            program = PROGRAMS[name](shape)
+            self._done[key] = runner.run(name, program, shape.tp_comm_overlap)
+        return self._done[key]
+
+
+PROGRAMS = {"layer.forward": ops.layer_forward, "layer.backward": ops.layer_backward,
+            "layer.recompute": ops.layer_forward, "layer.selective": ops.selective_recompute,
+            "embedding.forward": ops.embedding_forward, "embedding.backward": ops.embedding_backward,
+            "output.forward": ops.output_forward, "output.backward": ops.output_backward}

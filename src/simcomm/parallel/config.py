@@ -1,0 +1,223 @@
+"""The one training configuration: Megatron-LM's argument names, validated once, every error naming its field.
+
+Both executions read it through the layout it implies (layout.py): numeric training (rank programs on real or
+size-only data) and the step cost model. Each field carries its own description, bounds and choices (`setting`);
+`__post_init__` checks every one of them and then the rules between fields, raising a `ConfigError` whose `field`
+is the argument to change, so a scenario error points at its YAML key without reading the message. The scenario
+schema of `kind: training` is derived from these fields (workloads/training.py).
+
+Settings that only one execution reads say so: the optimizer's arithmetic, steps, seeds and `params_dtype` are
+numeric training's (the step model costs Megatron's mixed-precision Adam); memory and the FLOPs formula are the
+step model's.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SettingError
+from ..vocab import canonical_dtype, numpy_dtype
+from .dims import LayoutError
+from .model.flops import FORMULAS
+from .optim import SGD, AdamW
+
+GiB = 1 << 30
+BIG = 1 << 20  # bound of the parallel sizes and layer counts (anything larger is a typo)
+
+
+class ConfigError(LayoutError, SettingError):
+    """A training setting that cannot work; `field` is the argument it is about (None: the whole layout)."""
+
+
+def setting(default, doc: str, *, lo=None, hi=None, choices=None, numeric: bool = False, kind: str = ""):
+    """A field with its description, bounds (lo <= value <= hi, or lo <= value < hi for floats) and choices.
+    numeric: read by numeric training only; kind: how the scenario spells it ('size' for byte sizes)."""
+    meta = {"doc": doc, "lo": lo, "hi": hi, "choices": choices, "numeric": numeric, "kind": kind}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Megatron-LM's training arguments (and DistributedDataParallelConfig's), plus a few simcomm knobs."""
+
+    global_batch_size: int = setting(dataclasses.MISSING, "sequences per step", lo=1, hi=100_000_000)
+    micro_batch_size: int = setting(1, "sequences per micro-batch", lo=1, hi=1_000_000)
+    # -- parallelism
+    tensor_model_parallel_size: int = setting(1, "TP size t", lo=1, hi=65536)
+    pipeline_model_parallel_size: int = setting(1, "PP size p", lo=1, hi=65536)
+    context_parallel_size: int = setting(1, "CP size c", lo=1, hi=65536)
+    sequence_parallel: bool = setting(False, "sequence parallelism (with TP)")
+    num_layers_per_virtual_pipeline_stage: int | None = setting(None, "layers per virtual stage (interleaving)",
+                                                                lo=1, hi=BIG)
+    virtual_pipeline_model_parallel_size: int | None = setting(None, "model chunks per pipeline rank "
+                                                               "(interleaving; or give the layers per chunk)",
+                                                               lo=1, hi=BIG)
+    microbatch_group_size_per_vp_stage: int | None = setting(None, "interleaved micro-batch group (default p)",
+                                                             lo=1, hi=BIG)
+    decoder_first_pipeline_num_layers: int | None = setting(None, "layers on the first stage", lo=1, hi=BIG)
+    decoder_last_pipeline_num_layers: int | None = setting(None, "layers on the last stage", lo=1, hi=BIG)
+    account_for_embedding_in_pipeline_split: bool = setting(False, "count the embedding as a layer")
+    account_for_loss_in_pipeline_split: bool = setting(False, "count the loss as a layer")
+    pipeline_schedule: str = setting("auto", "auto (1F1B, interleaved with virtual stages), gpipe, 1f1b, "
+                                     "interleaved_1f1b", choices=("auto", "gpipe", "1f1b", "interleaved_1f1b"))
+    world_size: int = setting(0, "GPUs used (0: every rank of the cluster)", lo=0, hi=1 << 20)
+    # -- memory
+    recompute_granularity: str | None = setting(None, "activation recomputation", choices=("full", "selective"))
+    recompute_method: str = setting("uniform", "full recomputation: uniform or block", choices=("uniform", "block"))
+    recompute_num_layers: int | None = setting(None, "layers per group (uniform) or per chunk (block)", lo=1,
+                                               hi=BIG)
+    # -- data parallelism and overlap
+    use_distributed_optimizer: bool = setting(False, "shard the optimizer state over DP (ZeRO-1)")
+    zero_stage: int | None = setting(None, "ZeRO stage (default 1 with the distributed optimizer)",
+                                     choices=(0, 1, 2, 3))
+    overlap_grad_reduce: bool = setting(False, "reduce gradient buckets during the backward")
+    overlap_param_gather: bool = setting(False, "gather parameters during the next forward")
+    tp_comm_overlap: bool = setting(False, "overlap TP communication with GEMMs (Transformer Engine)")
+    overlap_p2p_comm: bool = setting(False, "non-blocking pipeline sends")
+    bucket_size: int | None = setting(None, "parameters per gradient bucket (default max(40M, 1M x dp) with "
+                                      "overlap_grad_reduce, else one bucket)", lo=1, hi=1 << 50)
+    # -- precision
+    bf16: bool = setting(True, "bf16 mixed precision")
+    fp16: bool = setting(False, "fp16 mixed precision (set bf16: false)")
+    fp8_format: str | None = setting(None, "FP8 GEMMs (Transformer Engine)", choices=("hybrid", "e4m3"))
+    tf32: bool = setting(True, "with neither bf16 nor fp16: fp32 GEMMs on TF32 tensor cores (as NGC's PyTorch "
+                               "containers set; false: plain PyTorch's default, full fp32)")
+    accumulate_allreduce_grads_in_fp32: bool | None = setting(None, "fp32 gradient buffers (default: on with bf16)")
+    use_flash_attn: bool = setting(True, "flash attention (else materialised s x s scores; fp32 has none)")
+    # -- the optimizer (Megatron's: adam is Adam with decoupled weight decay, i.e. AdamW)
+    optimizer: str = setting("adam", "adam (AdamW) or sgd", choices=("adam", "sgd"), numeric=True)
+    lr: float = setting(1e-3, "learning rate", lo=0.0, hi=1e6, numeric=True)
+    weight_decay: float = setting(0.01, "decoupled weight decay (Adam) or L2 (SGD)", lo=0.0, hi=1e6, numeric=True)
+    adam_beta1: float = setting(0.9, "Adam's beta1", lo=0.0, hi=1.0, numeric=True)
+    adam_beta2: float = setting(0.999, "Adam's beta2", lo=0.0, hi=1.0, numeric=True)
+    adam_eps: float = setting(1e-8, "Adam's epsilon", lo=0.0, hi=1.0, numeric=True)
+    sgd_momentum: float = setting(0.9, "SGD's momentum", lo=0.0, hi=1.0, numeric=True)
+    # -- numeric training's own (simcomm)
+    train_iters: int = setting(1, "optimizer steps", lo=1, hi=1_000_000, numeric=True)
+    seed: int = setting(0, "initial weights", lo=0, hi=(1 << 63) - 1, numeric=True)
+    data_seed: int = setting(0, "synthetic token batches", lo=0, hi=(1 << 63) - 1, numeric=True)
+    params_dtype: str = setting("float64", "the arrays' dtype (bfloat16 only size-only: numpy has none)",
+                                choices=("float16", "float32", "float64", "bfloat16", "bf16"), numeric=True)
+    size_only: bool = setting(False, "shapes without data: the same communication and time", numeric=True)
+    # -- the step model's own (simcomm)
+    memory_reserved: int = setting(2 * GiB, "CUDA context, NCCL and workspaces per GPU (an estimate)", lo=0,
+                                   hi=1 << 50, kind="size")
+    memory_fragmentation: float = setting(0.05, "allocator overhead, fraction of allocated bytes (an estimate)",
+                                          lo=0.0, hi=1.0)
+    flops_formula: str = setting("megatron", "model FLOPs formula for MFU: " + ", ".join(FORMULAS),
+                                 choices=tuple(FORMULAS))
+    ideal_network: bool = setting(False, "every transfer takes no time (the compute-only bound)")
+
+    def __post_init__(self):
+        for name, check in _CHECKS:
+            check(getattr(self, name))
+        if self.zero_stage == 0 and self.use_distributed_optimizer:
+            raise ConfigError("use_distributed_optimizer shards the optimizer state (ZeRO stage 1); zero_stage 0 "
+                              "contradicts it", "zero_stage")
+        if self.bf16 and self.fp16:
+            raise ConfigError("bf16 and fp16 are exclusive", "fp16")
+        if self.overlap_param_gather and (self.stage < 1 or not self.overlap_grad_reduce):
+            raise ConfigError("overlap_param_gather needs use_distributed_optimizer (a ZeRO stage >= 1) and "
+                              "overlap_grad_reduce, as in Megatron-LM", "overlap_param_gather")
+        if self.num_layers_per_virtual_pipeline_stage and self.virtual_pipeline_model_parallel_size:
+            raise ConfigError("give num_layers_per_virtual_pipeline_stage or virtual_pipeline_model_parallel_size, "
+                              "not both (Megatron-LM refuses both)", "virtual_pipeline_model_parallel_size")
+        if canonical_dtype(self.params_dtype) == "bfloat16" and not self.size_only:
+            raise ConfigError(f"params_dtype {self.params_dtype!r} needs size_only=True: numpy has no bfloat16, so "
+                              "a run with data cannot compute in it (use float32 or float64)", "params_dtype")
+
+    # ---- derived numerics --------------------------------------------------------------------------------
+    @property
+    def stage(self) -> int:
+        """The ZeRO stage: zero_stage, else 1 with the distributed optimizer, else 0."""
+        return self.zero_stage if self.zero_stage is not None else (1 if self.use_distributed_optimizer else 0)
+
+    @property
+    def param_bytes(self) -> int:
+        return 2 if (self.bf16 or self.fp16) else 4
+
+    @property
+    def grad_bytes(self) -> int:
+        """Gradient buffer element size: fp32 when accumulate_allreduce_grads_in_fp32 (forced on with bf16)."""
+        fp32 = self.accumulate_allreduce_grads_in_fp32
+        if fp32 is None:
+            fp32 = self.bf16 or not self.fp16
+        return 4 if fp32 or self.param_bytes == 4 else 2
+
+    @property
+    def grad_dtype(self) -> str:
+        return "float32" if self.grad_bytes == 4 else "bfloat16"
+
+    @property
+    def act_dtype(self) -> str:
+        return "float16" if self.fp16 else ("bfloat16" if self.bf16 else "float32")
+
+    @property
+    def precision(self) -> str:
+        """What the GEMMs, attention and memory-bound ops run in (FP8 GEMMs aside): bf16, fp16, or, with neither,
+        fp32, whose GEMMs take TF32 when `tf32` (NGC's PyTorch containers, which Megatron-LM recommends, set
+        TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1; plain PyTorch's allow_tf32 defaults to False: set tf32 false)."""
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "tf32" if self.tf32 else "fp32"
+
+    @property
+    def flash_attention(self) -> bool:
+        """Fused (flash) attention: asked for and in 16-bit; fp32 has no flash or cuDNN kernel, so Megatron-Core
+        (Transformer Engine's UnfusedDotProductAttention) runs the unfused kernels."""
+        return self.use_flash_attn and (self.bf16 or self.fp16)
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism is on only with tensor parallelism (Megatron turns it off at tp = 1)."""
+        return self.sequence_parallel and self.tensor_model_parallel_size > 1
+
+    @property
+    def numpy_dtype(self):
+        """Numeric training's arrays: params_dtype, bfloat16 held as float16 (size-only: the same 2 bytes)."""
+        return np.dtype(numpy_dtype(canonical_dtype(self.params_dtype)))
+
+    def make_optimizer(self):
+        """Numeric training's optimizer: Megatron's adam is torch's AdamW; sgd is SGD with momentum."""
+        if self.optimizer == "sgd":
+            return SGD(lr=self.lr, momentum=self.sgd_momentum, weight_decay=self.weight_decay)
+        return AdamW(lr=self.lr, betas=(self.adam_beta1, self.adam_beta2), eps=self.adam_eps,
+                     weight_decay=self.weight_decay)
+
+    def replace(self, **changes) -> "TrainingConfig":
+        return dataclasses.replace(self, **changes)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig)}
+
+
+def _checker(f: dataclasses.Field):
+    """A check of one field's value against its annotation, bounds and choices (a ConfigError naming it)."""
+    meta, name = f.metadata, f.name
+    optional = "None" in str(f.type)
+    base = str(f.type).split(" |")[0]
+    choices, lo, hi = meta["choices"], meta["lo"], meta["hi"]
+
+    def check(v) -> None:
+        if v is None and optional:
+            return
+        if choices is not None:
+            if v not in choices or isinstance(v, bool):
+                shown = ", ".join(map(str, choices)) + (" or none" if optional else "")
+                raise ConfigError(f"{name} must be one of {shown}, got {v!r}", name)
+        elif base == "bool":
+            if not isinstance(v, bool):
+                raise ConfigError(f"{name} must be true or false, got {v!r}", name)
+        elif base == "int":
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ConfigError(f"{name} must be a whole number from {lo} to {hi:,}, got {v!r}", name)
+        elif base == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi:
+                raise ConfigError(f"{name} must be a number in [{lo:g}, {hi:g}), got {v!r}", name)
+    return check
+
+
+_CHECKS = tuple((f.name, _checker(f)) for f in dataclasses.fields(TrainingConfig))
+
+
+__all__ = ["FIELDS", "ConfigError", "TrainingConfig", "setting"]

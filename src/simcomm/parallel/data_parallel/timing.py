@@ -1,0 +1,229 @@
+"""Data-parallel timing in the step model: one policy per sharding scheme, hooked in at the step's seams.
+
+The step (step_cost.py) and its pipeline stages (pipeline_parallel/timing.py) call a policy
+
+- `start()`                         at the step's start, before any stage runs;
+- `on_backward(rank, action, pass)` as a backward pass starts (the reductions its gradients trigger);
+- `before_pass(rank, action, pass)` for what each part of a pass must wait for ({part index: events});
+- `after_part(rank, action, part, start)` once a part's kernels have run;
+- `end(rank)`                       after the stage's last pass: the operations to wait for before the optimizer;
+- `after_optimizer(rank)`           after the optimizer: the operations the step still waits for.
+
+Every data-parallel collective of a stage runs on that stage's data-parallel groups (dp x cp, one per simulated
+TP rank) in the order issued, as on one NCCL communicator's stream. Gradient buckets follow Megatron-LM's
+DistributedDataParallel: per model chunk, parameters in backward order, a new bucket once one holds the layout's
+bucket_size parameters (one bucket per chunk when it is None).
+
+- DDP: buckets all-reduced as the last micro-batch's backward fills them (overlap_grad_reduce) or after the last
+  backward.
+- the distributed optimizer (ZeRO-1): reduce-scattered instead; parameters all-gathered at the step's start beside
+  the first forwards, each bucket's layers waiting for it (overlap_param_gather), or after the optimizer.
+- ZeRO-2: as ZeRO-1, but every micro-batch's gradients are reduce-scattered (none are kept whole).
+- ZeRO-3 / FSDP: each unit's parameters gathered before every forward and backward that uses it (all of a pass's
+  gathers issued at its start, so each runs as early as the stream allows; a recomputed layer's gather serves its
+  backward too), its gradients reduce-scattered as its backward ends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.memory import stage_parameters
+from ..pipeline_parallel.schedules import FORWARD
+from .sharding import Sharding, sharding
+
+
+@dataclass(frozen=True)
+class TimedBucket:
+    """A gradient bucket of one model chunk: its parameters, the offset in the backward pass at which its last
+    gradient is ready, and the layers (-1 embedding, -2 output) whose gradients it holds."""
+
+    params: float
+    ready: float
+    layers: tuple[int, ...]
+
+
+def buckets(backward, size: float | None) -> list[TimedBucket]:
+    """Gradient buckets of one chunk from its backward pass, in the order the backward fills them."""
+    out, acc, members = [], 0.0, []
+    grads = [p for p in backward.parts if p.params > 0]
+    for n, p in enumerate(grads):
+        acc += p.params
+        members.append(p.layer)
+        if (size is not None and acc >= size) or n == len(grads) - 1:
+            out.append(TimedBucket(acc, p.offset + p.template.duration, tuple(members)))
+            acc, members = 0.0, []
+    return out
+
+
+class DataParallelTiming:
+    """The hooks (no data-parallel work) and the data-parallel streams of every stage."""
+
+    sharding: Sharding = sharding(0)
+    gradient_collective = "all_reduce"
+    acts_after_parts = False  # whether after_part does anything (it is called for every part of every pass)
+
+    def __init__(self, layout, traffic, passes: dict, representatives: list[int]):
+        self.layout, self.cfg, self.traffic = layout, layout.config, traffic
+        self.sim = traffic.s.sim
+        dims, pp = layout.dims, layout.dims.pp
+        self.groups = [[dims.ranks(pp=r, tp=t).reshape(-1) for t in representatives] for r in range(pp)]
+        self.buckets = {(r, c): buckets(passes[(r, c, "B")], layout.bucket_size) for r in range(pp)
+                        for c in range(layout.chunks)}
+        self.last = [[None] * len(representatives) for _ in range(pp)]  # the last op on each stream
+        self.pending = [[] for _ in range(pp)]  # reductions the stage waits for before the optimizer
+
+    # ---- the hooks -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        pass
+
+    def on_backward(self, rank: int, action, pass_, last: bool) -> None:
+        """A backward pass of `action` starts (`last`: the chunk's last backward of the step)."""
+
+    def before_pass(self, rank: int, action, pass_) -> dict[int, list]:
+        return {}
+
+    def after_part(self, rank: int, action, part, start: float) -> None:
+        pass
+
+    def end(self, rank: int) -> list:
+        return self.pending[rank]
+
+    def after_optimizer(self, rank: int) -> list:
+        return []
+
+    # ---- the streams ---------------------------------------------------------------------------------------
+    def collective(self, rank: int, kind: str, bytes_per_param: int, params: float, after, tags) -> list:
+        """`kind` over every data-parallel group of pipeline rank `rank`, after `after` and the stream's last op."""
+        out = []
+        for i, group in enumerate(self.groups[rank]):
+            deps = list(after) + ([self.last[rank][i]] if self.last[rank][i] is not None else [])
+            dtype = "float32" if bytes_per_param == 4 else self.cfg.act_dtype
+            op = self.traffic.collective(kind, group, params * bytes_per_param, dtype, after=deps,
+                                         tags={"axis": "dp", "stage": rank, **tags})
+            self.last[rank][i] = op
+            out.append(op)
+        return out
+
+    def reduce_buckets(self, rank: int, chunk: int, at=None) -> None:
+        """Reduce every bucket of a chunk, bucket k at at(bucket) (a simulated time) or now."""
+        for k, b in enumerate(self.buckets[(rank, chunk)]):
+            after = [self.sim.at(at(b))] if at is not None else []
+            self.pending[rank] += self.collective(rank, self.gradient_collective, self.cfg.grad_bytes, b.params, after,
+                                                  {"chunk": chunk, "bucket": k, "phase": "grad_reduce"})
+
+    def gather_buckets(self, rank: int, chunk: int) -> dict:
+        """All-gather every bucket's parameters of a chunk, in forward order: {bucket's layers: its ops}."""
+        out = {}
+        for k, b in enumerate(reversed(self.buckets[(rank, chunk)])):
+            out[b.layers] = self.collective(rank, "all_gather", self.cfg.param_bytes, b.params, [],
+                                            {"chunk": chunk, "bucket": k, "phase": "param_gather"})
+        return out
+
+
+class DDPTiming(DataParallelTiming):
+    """Buckets all-reduced as the last micro-batch's backward fills them, or after the last backward."""
+
+    def on_backward(self, rank: int, action, pass_, last: bool) -> None:
+        if last and self.cfg.overlap_grad_reduce:
+            now = self.sim.now
+            self.reduce_buckets(rank, action.chunk, lambda b: now + b.ready)
+
+    def end(self, rank: int) -> list:
+        if not self.cfg.overlap_grad_reduce:
+            for c in range(self.layout.chunks):
+                self.reduce_buckets(rank, c)
+        return self.pending[rank]
+
+
+class DistributedOptimizerTiming(DDPTiming):
+    """ZeRO-1: buckets reduce-scattered; parameters all-gathered beside the first forwards or after the optimizer."""
+
+    sharding = sharding(1)
+    gradient_collective = "reduce_scatter"
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.gathers: dict = {}  # (rank, chunk) -> {bucket's layers: its gathers} issued at the step's start
+
+    def start(self) -> None:
+        if self.cfg.overlap_param_gather:
+            for r in range(self.layout.dims.pp):
+                for c in range(self.layout.chunks):
+                    self.gathers[(r, c)] = self.gather_buckets(r, c)
+
+    def before_pass(self, rank: int, action, pass_) -> dict[int, list]:
+        """The first forward of each chunk waits, part by part, for its buckets' gathers."""
+        cut: dict[int, list] = {}
+        if action.phase != FORWARD or action.microbatch != 0:
+            return cut
+        for layers, ops in self.gathers.get((rank, action.chunk), {}).items():
+            idx = min((i for i, x in enumerate(pass_.parts) if x.layer in layers), default=None)
+            if idx is not None:
+                cut.setdefault(idx, []).extend(ops)
+        return cut
+
+    def after_optimizer(self, rank: int) -> list:
+        if self.cfg.overlap_param_gather:
+            return []
+        return [op for c in range(self.layout.chunks) for ops in self.gather_buckets(rank, c).values() for op in ops]
+
+
+class Zero2Timing(DistributedOptimizerTiming):
+    """ZeRO-2: as ZeRO-1, but every micro-batch's gradients are reduce-scattered as its backward makes them."""
+
+    sharding = sharding(2)
+
+    def on_backward(self, rank: int, action, pass_, last: bool) -> None:
+        if last and not self.cfg.overlap_grad_reduce:
+            return  # reduced after the last backward (end)
+        now, overlap = self.sim.now, self.cfg.overlap_grad_reduce
+        self.reduce_buckets(rank, action.chunk, lambda b: now + (b.ready if overlap else pass_.duration))
+
+
+class Zero3Timing(DataParallelTiming):
+    """ZeRO-3 / FSDP: each unit's parameters gathered before every pass that uses it, gradients reduce-scattered
+    as each unit's backward ends."""
+
+    sharding = sharding(3)
+    gradient_collective = "reduce_scatter"
+    acts_after_parts = True
+
+    def before_pass(self, rank: int, action, pass_) -> dict[int, list]:
+        cut: dict[int, list] = {}
+        params = stage_parameters(self.layout, rank)
+        parts, prev = pass_.parts, None
+        for i, x in enumerate(parts):
+            if x.phase == "recompute" and i + 1 < len(parts) and parts[i + 1].layer == x.layer:
+                n = 0.0  # the layer's backward right after shares this gather
+            else:
+                n = params["embedding"] if x.layer == -1 else params["output"] if x.layer == -2 else \
+                    self.layout.layer_params
+            if n:
+                prev = self.collective(rank, "all_gather", self.cfg.param_bytes, n, [],
+                                       {"chunk": action.chunk, "layer": x.layer, "microbatch": action.microbatch,
+                                        "phase": "param_gather"})
+                cut[i] = prev
+            elif prev is not None:
+                cut.setdefault(i, prev)
+        return cut
+
+    def after_part(self, rank: int, action, part, start: float) -> None:
+        if action.phase != FORWARD and part.params:
+            self.collective(rank, "reduce_scatter", self.cfg.grad_bytes, part.params,
+                            [self.sim.at(start + part.template.duration)],
+                            {"chunk": action.chunk, "layer": part.layer, "phase": "grad_reduce_scatter"})
+
+    def end(self, rank: int) -> list:
+        return [op for op in self.last[rank] if op is not None]
+
+
+POLICIES = {0: DDPTiming, 1: DistributedOptimizerTiming, 2: Zero2Timing, 3: Zero3Timing}
+
+
+def data_parallel_timing(layout, traffic, passes: dict, representatives: list[int]) -> DataParallelTiming:
+    """The policy of the layout's sharding scheme."""
+    return POLICIES[layout.sharding.zero_stage](layout, traffic, passes, representatives)
+
+
+__all__ = ["POLICIES", "DDPTiming", "DataParallelTiming", "DistributedOptimizerTiming", "TimedBucket",
+           "Zero2Timing", "Zero3Timing", "buckets", "data_parallel_timing"]

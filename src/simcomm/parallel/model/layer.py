@@ -1,0 +1,184 @@
+"""The one description of a transformer decoder layer on one GPU for one micro-batch.
+
+`decoder_layer(shape)` lists the layer's operations in forward order: the matrix products (with how tensor
+parallelism splits them: column-parallel QKV and FC1, row-parallel projection and FC2), core attention, and the
+memory-bound operations around them (norms, RoPE, the activation, dropout and residual adds), each with the
+tensors it keeps for the backward. Everything else is derived from it:
+
+- the kernels and their TP/CP communication, forward and backward (programs.py), which the step model times and
+  numeric training charges (through the same ComputeModel);
+- the FLOPs per token by GEMM group (flops.py), that is Megatron-LM's num_floating_point_operations;
+- the activations one layer saves (memory.py), which reproduce Korthikanti et al. 2022 Table 2.
+
+Conventions: T = b s / cp tokens between the TP collectives; Ts = T / t (sequence parallelism) for the norms,
+dropouts and residual adds; e bytes per activation element; a matrix product (m x k) @ (k x n) is 2mnk FLOPs; core
+attention's FLOPs are counted over the full s x s score matrix (the formulas' convention) while its kernel does
+the causal half. A backward runs the operations in reverse, each product twice (dgrad and wgrad).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .config import TransformerConfig
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Everything the kernels depend on (hashable: programs are cached by it)."""
+
+    model: TransformerConfig
+    tp: int
+    cp: int
+    sp: bool
+    micro_batch_size: int
+    flash: bool = True
+    tp_comm_overlap: bool = False
+    elem: int = 2  # activation bytes
+
+    @property
+    def tokens(self) -> int:
+        """Tokens each GPU holds between the TP collectives: b s / cp."""
+        return self.micro_batch_size * self.model.seq_length // self.cp
+
+    @property
+    def sp_tokens(self) -> int:
+        """Tokens of the norms, dropouts and residual adds: T / t with sequence parallelism."""
+        return self.tokens // self.tp if self.sp else self.tokens
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    """A memory-bound operation: the bytes it reads and writes forward and backward, its class for the compute
+    model (norm, elementwise, softmax), the tensors it keeps."""
+
+    name: str
+    forward_bytes: float
+    backward_bytes: float
+    op_class: str = "elementwise"
+    saves: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Y = X W with X [m, k] and W [k, n] on this GPU; `parallel` column (W split on n: the input is gathered under
+    sequence parallelism) or row (W split on k: the output is reduced); `group` its FLOPs group."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    parallel: str
+    group: str
+    saves: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    @property
+    def flops_per_token(self) -> float:
+        return 2.0 * self.n * self.k
+
+
+@dataclass(frozen=True)
+class CoreAttention:
+    """softmax(Q K^T) V over b sequences x `heads` on this GPU, sq queries and skv keys of head_dim d; flash
+    (fused, keeps the log-sum-exp) or the materialised s x s scores, softmax and dropout. Selective recomputation
+    drops the kept tensors named in SELECTIVE (it reruns this operation before the backward)."""
+
+    batch: int
+    heads: int
+    sq: int
+    skv: int
+    head_dim: int
+    flash: bool
+    dropout: bool
+    saves: tuple[tuple[str, float], ...] = ()
+    name: str = "core_attention"
+    group: str = "core_attention"
+
+    @property
+    def batch_heads(self) -> int:
+        return self.batch * self.heads
+
+    @property
+    def flops(self) -> float:
+        """Scores and x V over the full matrix (the formulas' convention), forward."""
+        return 4.0 * self.batch_heads * self.sq * self.skv * self.head_dim
+
+    @property
+    def flops_per_token(self) -> float:
+        return 4.0 * self.heads * self.skv * self.head_dim
+
+
+@lru_cache(maxsize=4096)
+def decoder_layer(shape: LayerShape) -> tuple:
+    """The layer's operations in forward order (see the module docstring). Cached: a layout search asks for the
+    same few shapes thousands of times."""
+    c, t = shape.model, shape.tp
+    T, Ts, h, e = shape.tokens, shape.sp_tokens, c.hidden_size, shape.elem
+    q, kv, f = c.query_projection_size // t, c.kv_projection_size // t, c.ffn_hidden_size // t
+    up = 2 * f if c.swiglu else f
+    drop = 1 if c.hidden_dropout > 0 else 0
+    mask = (("hidden_dropout_masks", Ts * h),) if drop else ()  # one byte per element, after each residual
+    ops = [Pointwise("input_norm", 2 * Ts * h * e, 3 * Ts * h * e, "norm", (("input_norm_input", Ts * h * e),)),
+           Linear("qkv", T, q + 2 * kv, h, "column", "qkv", (("qkv_input", Ts * h * e),))]
+    if c.position_embedding_type == "rope":
+        ops.append(Pointwise("rope", 2 * T * (q + kv) * e, 2 * T * (q + kv) * e))
+    ops += [_core_attention(shape, q, kv),
+            Linear("proj", T, h, q, "row", "proj"),
+            Pointwise("attention_residual", Ts * h * (3 * e + drop), 2 * Ts * h * e, saves=mask),
+            Pointwise("pre_mlp_norm", 2 * Ts * h * e, 3 * Ts * h * e, "norm", (("pre_mlp_norm_input", Ts * h * e),)),
+            Linear("fc1", T, up, h, "column", "mlp", (("fc1_input", Ts * h * e),)),
+            Pointwise("swiglu" if c.swiglu else "gelu", T * (up + f) * e, T * (2 * up + f) * e,
+                      saves=(("activation_input", T * up * e),)),
+            Linear("fc2", T, h, f, "row", "mlp", (("fc2_input", T * f * e),)),
+            Pointwise("mlp_residual", Ts * h * (3 * e + drop), 2 * Ts * h * e, saves=mask)]
+    return tuple(ops)
+
+
+SELECTIVE = ("softmax_logsumexp", "softmax_output", "attention_dropout_mask", "attention_dropout_output")
+
+
+def _core_attention(shape: LayerShape, q: int, kv: int) -> CoreAttention:
+    c, t, e, T = shape.model, shape.tp, shape.elem, shape.tokens
+    heads, b = c.num_attention_heads // t, shape.micro_batch_size
+    sq, skv = c.seq_length // shape.cp, c.seq_length
+    drop = c.attention_dropout > 0
+    saves = (("query_key_value", T * (q + 2 * kv) * e),)
+    if shape.flash:
+        saves += (("attention_output", T * q * e), ("softmax_logsumexp", T * heads * 4))
+    else:
+        scores = b * heads * sq * skv
+        saves += (("softmax_output", scores * e),)
+        saves += (("attention_dropout_mask", scores), ("attention_dropout_output", scores * e)) if drop else ()
+        saves += (("attention_output", T * q * e),)
+    return CoreAttention(b, heads, sq, skv, c.kv_channels, shape.flash, drop, saves)
+
+
+def saved_tensors(shape: LayerShape, recompute: str | None = None) -> dict[str, float]:
+    """Bytes one decoder layer keeps for its backward, per micro-batch, on one GPU. recompute: None, 'selective'
+    (no s x s tensors; flash keeps no log-sum-exp) or 'full' (only the layer's input)."""
+    if recompute == "full":
+        return {"layer_input": shape.sp_tokens * shape.model.hidden_size * shape.elem}
+    out: dict[str, float] = {}
+    for op in decoder_layer(shape):
+        for name, nbytes in op.saves:
+            if recompute != "selective" or name not in SELECTIVE:
+                out[name] = out.get(name, 0) + nbytes
+    return out
+
+
+def forward_flops_per_token(c: TransformerConfig, causal: bool = False) -> dict[str, float]:
+    """Forward FLOPs of one layer per token, by GEMM group (qkv, core_attention, proj, mlp): the layer's products
+    without any parallelism; core attention halved when `causal` (Megatron main's `/ 2 # causal mask`)."""
+    out = {"qkv": 0.0, "core_attention": 0.0, "proj": 0.0, "mlp": 0.0}
+    for op in decoder_layer(LayerShape(c, 1, 1, False, 1)):
+        if isinstance(op, (Linear, CoreAttention)):
+            out[op.group] += op.flops_per_token * (0.5 if causal and op.group == "core_attention" else 1.0)
+    return out
+
+
+__all__ = ["SELECTIVE", "CoreAttention", "LayerShape", "Linear", "Pointwise", "decoder_layer",
+           "forward_flops_per_token", "saved_tensors"]

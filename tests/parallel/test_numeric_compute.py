@@ -1,0 +1,30 @@
+"""Numeric training charges each kernel the step model's time for it (one layer description, one ComputeModel):
+the same layer costs the same compute time on both paths."""
+import pytest
+
+import simcomm
+from simcomm.hardware import build_cluster
+from simcomm.parallel import StepModel, TrainingConfig, build_layout
+from simcomm.parallel.model.config import TransformerConfig
+from simcomm.parallel.numeric_training import train
+
+MODEL = TransformerConfig(num_layers=2, hidden_size=256, num_attention_heads=4, seq_length=128,
+                          padded_vocab_size=512, attention_dropout=0.0, hidden_dropout=0.0)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(tensor_model_parallel_size=2, sequence_parallel=True),
+                                dict(context_parallel_size=2, recompute_granularity="full"),
+                                dict(tensor_model_parallel_size=2, recompute_granularity="selective",
+                                     use_flash_attn=False),
+                                dict(bf16=False, tf32=False)])  # fp32: its own rates, unfused attention
+def test_a_step_computes_as_long_on_both_paths(kw):
+    """(Without compute/communication interference: it slows kernels by what runs beside them, which differs
+    between the two paths' timelines.)"""
+    config = TrainingConfig(global_batch_size=2, micro_batch_size=1, size_only=True, params_dtype="bf16", **kw)
+    world = kw.get("tensor_model_parallel_size", 1) * kw.get("context_parallel_size", 1)
+    cluster = build_cluster("hgx-h100", tuning_changes={"interference": False})
+    numeric = simcomm.spawn(train, args=(build_layout(MODEL, config, world),), nprocs=world, cluster=cluster)
+    computed = sum(a.end - a.start for a in numeric.timeline if a.kind == "compute" and a.rank == 0)
+    step = StepModel(build_layout(MODEL, config.replace(world_size=world), cluster.num_ranks), cluster).run()
+    kernels = sum(step.breakdown[k] for k in ("forward", "backward", "recompute"))
+    assert computed == pytest.approx(kernels, rel=1e-9)
