@@ -19,6 +19,9 @@ NOT_ERRORS = {
     # every rail: both caught inside algorithms/symmetric.py
     "simcomm.algorithms.symmetric.NotSymmetric",
     "simcomm.algorithms.symmetric.Overloaded",
+    # a launched child process's sys.exit(N), carried out of its rank; the parent gets torch's ProcessExitedException
+    # (or the Process its exit code) instead
+    "simcomm.backends.launch.multiprocessing.ChildExit",
 }
 
 
