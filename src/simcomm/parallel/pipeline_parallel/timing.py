@@ -129,7 +129,7 @@ class StageTiming:
             starts += [t0 + x.offset - p.parts[i].offset for x in p.parts[i:j]]
             yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a),
                                        kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
-            self.acc["interference"] += (env.now - t0) - secs  # slowed by communication beside it
+            self.acc["interference"] += slowed(env.now - t0, secs)  # slowed by communication beside it
             if self.after_part is not None:
                 for x, s in zip(p.parts[i:j], starts[i:j]):
                     self.after_part(self.rank, a, x, s)
@@ -146,6 +146,12 @@ class StageTiming:
         slot[1] = self.env.now
         op.callbacks.append(lambda _e, ev=slot[0]: ev.succeed())
         return op
+
+
+def slowed(took: float, alone: float) -> float:
+    """How much longer work took than alone: never below 0 (now - start can round a hair under `alone` when
+    nothing slowed it, which made a breakdown's interference -1.5e-20 s)."""
+    return max(0.0, took - alone)
 
 
 def _label(a) -> str:

@@ -1,0 +1,212 @@
+"""Adversarial training configurations (issue 21): hypothesis draws a layout (tp, pp, cp, dp, virtual stages,
+micro-batches, recomputation, ZeRO stage, sequence parallelism, precision, overlaps, the model's sizes) that is
+mostly valid, then sometimes spoils one field with a hostile value (zero, negative, fractional, huge, a string,
+a list, null). Each config is written as a scenario, for the step model (`kind: training`) or for numeric training
+(the rank program simcomm.parallel.numeric_training:gpt_training on a small model, with data or size-only), and
+goes through `simcomm validate`, `simcomm run` (twice) and, for a cheap step-model one, `simcomm plan`.
+
+Laws (tests/adversarial.py): no hang, no raw traceback (a bad field is a clean error that names it), no negative
+or non-finite figure in the JSON, the same output on every run, and what `validate` accepts, `run` runs (a step-
+model scenario that validates does not fail as a bad scenario at run time).
+
+CI runs 40 configs, the same ones every run; `pytest -m fuzz tests/workloads/test_training_adversarial.py` runs
+1,000 new ones.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adversarial import cli, clean, figures
+
+HOSTILE = [0, -1, -(10 ** 9), 1.5, 0.0, 10 ** 8, 10 ** 30, 2 ** 63, "x", "8", "", [], [1, 2], {}, None, True,
+           float("nan"), float("inf")]
+MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "seq_length",
+              "padded_vocab_size", "ffn_hidden_size", "kv_channels")
+# signed figures in a training result: none (every time, FLOP rate, byte count and loss here is >= 0)
+SIGNED: tuple[str, ...] = ("loss", "loss_share")
+OUTCOMES: Counter = Counter()
+GPUS_PER_NODE = 8
+
+
+@st.composite
+def layouts(draw, numeric: bool):
+    """A model and a config that is valid more often than not (its sizes divide as Megatron's rules want)."""
+    tp = draw(st.sampled_from([1, 1, 2, 4]))
+    pp = draw(st.sampled_from([1, 1, 2, 4]))
+    cp = draw(st.sampled_from([1, 1, 2]))
+    dp = draw(st.sampled_from([1, 2] if numeric else [1, 2, 4]))
+    heads = tp * draw(st.sampled_from([1, 2]))
+    layers = pp * draw(st.sampled_from([1, 2, 4]))
+    model = {"num_layers": layers, "hidden_size": heads * draw(st.sampled_from([4, 8])),
+             "num_attention_heads": heads, "seq_length": 2 * cp * tp * draw(st.sampled_from([1, 2, 3])),
+             "padded_vocab_size": tp * draw(st.sampled_from([8, 16]))}
+    if draw(st.booleans()):
+        model["num_query_groups"] = draw(st.sampled_from([tp, heads]))
+    mbs = draw(st.sampled_from([1, 1, 2]))
+    m = draw(st.sampled_from([1, 2, 3, 4, 8]))
+    c = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "context_parallel_size": cp,
+         "micro_batch_size": mbs, "global_batch_size": mbs * dp * m,
+         "sequence_parallel": draw(st.booleans()) and tp > 1}
+    if pp > 1 and layers // pp > 1 and draw(st.booleans()):
+        if draw(st.booleans()):
+            c["num_layers_per_virtual_pipeline_stage"] = draw(st.sampled_from([1, layers // pp // 2 or 1]))
+        else:
+            c["virtual_pipeline_model_parallel_size"] = draw(st.sampled_from([2, layers // pp]))
+    virtual = "num_layers_per_virtual_pipeline_stage" in c or "virtual_pipeline_model_parallel_size" in c
+    schedule = draw(st.sampled_from(["auto", "auto", "interleaved_1f1b"] if virtual else ["auto", "1f1b", "gpipe"]))
+    if schedule != "auto":
+        c["pipeline_schedule"] = schedule
+    recompute = draw(st.sampled_from([None, None, "full", "selective"]))
+    if recompute:
+        c["recompute_granularity"] = recompute
+        if recompute == "full" and draw(st.booleans()):
+            c["recompute_method"] = "block"
+            c["recompute_num_layers"] = draw(st.sampled_from([1, 2]))
+    zero = draw(st.sampled_from([None, None, 0, 1, 2, 3]))
+    if zero is not None:
+        c["zero_stage"] = zero
+    if draw(st.booleans()):
+        c["use_distributed_optimizer"] = zero != 0
+        c["overlap_grad_reduce"] = draw(st.booleans())
+        c["overlap_param_gather"] = c["overlap_grad_reduce"] and draw(st.booleans())
+    precision = draw(st.sampled_from(["bf16", "bf16", "fp16", "fp32", "tf32", "fp8"]))
+    c.update({"fp16": {"bf16": False, "fp16": True}, "fp32": {"bf16": False, "tf32": False},
+              "tf32": {"bf16": False, "tf32": True}, "fp8": {"fp8_format": "hybrid"}}.get(precision, {}))
+    if numeric:
+        c.update(train_iters=draw(st.sampled_from([1, 2])), size_only=draw(st.booleans()),
+                 params_dtype=draw(st.sampled_from(["float64", "float32"])))
+    else:
+        c.update({k: draw(st.booleans()) for k in ("tp_comm_overlap", "overlap_p2p_comm", "use_flash_attn")
+                  if draw(st.booleans())})
+    world = tp * pp * cp * dp
+    if not numeric:  # the rank program's world is its job's ranks
+        c["world_size"] = world
+    return model, c, world
+
+
+@st.composite
+def configs(draw):
+    """(which execution, scenario text, what was spoiled or None)."""
+    numeric = draw(st.sampled_from([False, True]))
+    model, c, world = draw(layouts(numeric))
+    spoiled = None
+    if draw(st.integers(0, 2)) == 1:  # one field in three configs is hostile
+        keys = sorted(c) + list(MODEL_KEYS) + ["global_batch_size", "micro_batch_size", "world_size"]
+        spoiled = draw(st.sampled_from(keys))
+        value = draw(st.sampled_from(HOSTILE))
+        (model if spoiled in MODEL_KEYS else c)[spoiled] = value
+    nodes = max(1, -(-world // GPUS_PER_NODE)) if isinstance(world, int) else 1
+    if numeric:
+        workload = {"kind": "program", "program": "simcomm.parallel.numeric_training:gpt_training",
+                    "ranks": world, "args": [{"model": model, **c}]}
+    else:
+        workload = {"kind": "training", **model, **c}
+    doc = {"name": "adv", "cluster": {"preset": "hgx-h100", "nodes": nodes}, "workload": workload}
+    return ("numeric" if numeric else "step"), yaml.safe_dump(doc, sort_keys=False), spoiled
+
+
+def _json(out: str):
+    try:
+        return json.loads(out)
+    except ValueError:
+        raise AssertionError(f"not JSON: {out[:500]}") from None
+
+
+def check(case, tmp_path, plan: bool = True) -> str:
+    """validate, run twice, plan: the laws; returns the outcome."""
+    what, text, spoiled = case
+    path = tmp_path / "adv.yaml"
+    path.write_text(text)
+    code, out, err = cli(["validate", str(path)], 60)
+    clean(0 if code == 2 else code, err, f"validate {what} ({spoiled})\n{text}", codes=(0,))
+    if code:  # a scenario error: the file, line and key path
+        assert re.match(r"\S*adv.yaml:\d+: workload", err), err
+        if spoiled and what == "step":
+            assert spoiled in err or "workload:" in err, f"{spoiled} spoiled, but the error is:\n{err}"
+        return "refused by validate"
+    runs = [cli(["run", str(path), "--json", "--no-files"], 60) for _ in range(2)]
+    (code, out, err), again = runs[0], runs[1]
+    clean(code, err, f"run {what} ({spoiled})\n{text}")
+    assert (code, out, err) == again, f"two runs differ:\n{text}"
+    if what == "step":
+        assert code != 2, f"validate accepted, run refused it:\n{text}\n{err}"
+    if code:
+        return "failed at run"
+    figures(_json(out), "run", SIGNED)
+    if plan and what == "step":
+        _plan(path, text)
+    return "ran"
+
+
+def _plan(path, text) -> None:
+    code, out, err = cli(["plan", str(path), "--json", "--jobs", "1", "--max-simulate", "2", "--simulate", "1",
+                          "--tp", "1,2", "--pp", "1,2", "--cp", "1", "--mbs", "1", "--zero", "0,1",
+                          "--recompute", "none", "--schedules", "1f1b"], 120)
+    clean(code, err, f"plan\n{text}")
+    if code == 0:
+        figures(_json(out), "plan")
+
+
+COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@settings(max_examples=40, derandomize=True, **COMMON)
+@given(configs())
+def test_training_configs_run_or_refuse_cleanly(tmp_path_factory, case):
+    OUTCOMES[(case[0], check(case, tmp_path_factory.mktemp("adv"), plan=len(OUTCOMES) < 3))] += 1
+
+
+def test_the_sample_reaches_runs_and_refusals(tmp_path_factory):
+    """The laws hold vacuously if every config is refused: the CI sample must run both executions and refuse
+    some."""
+    if sum(OUTCOMES.values()) < 40:  # run alone (-k)
+        test_training_configs_run_or_refuse_cleanly(tmp_path_factory)
+    print(f"\ntraining configs: {dict(OUTCOMES)}")
+    assert OUTCOMES[("step", "ran")] >= 8 and OUTCOMES[("numeric", "ran")] >= 3
+    assert sum(v for (_, o), v in OUTCOMES.items() if o != "ran") >= 5
+
+
+FUZZ: Counter = Counter()
+
+
+@settings(max_examples=1_000, derandomize=False, database=None, **COMMON)
+@given(configs())
+def _fuzz(tmp_path_factory, case):
+    FUZZ[(case[0], check(case, tmp_path_factory.mktemp("fuzz")))] += 1
+
+
+@pytest.mark.fuzz
+def test_fuzz_training_configs(tmp_path_factory):
+    """1,000 new configs; deselected by default, run with `pytest -m fuzz`."""
+    _fuzz(tmp_path_factory)
+    print(f"\nfuzz: {dict(FUZZ)}")
+    assert sum(FUZZ.values()) >= 1_000
+
+
+# ---- what the suite found, each a regression test -----------------------------------------------------------
+TINY = {"kind": "training", "num_layers": 1, "hidden_size": 4, "num_attention_heads": 1, "seq_length": 2,
+        "padded_vocab_size": 16, "global_batch_size": 1, "world_size": 1}
+
+
+def _scenario(tmp_path, workload: dict, nodes: int = 1):
+    path = tmp_path / "adv.yaml"
+    path.write_text(yaml.safe_dump({"name": "adv", "cluster": {"preset": "hgx-h100", "nodes": nodes},
+                                    "workload": workload}, sort_keys=False))
+    return path
+
+
+def test_no_breakdown_category_is_a_hair_below_zero(tmp_path):
+    """A one-GPU step of a tiny model: a kernel nothing slowed ended a rounding error before its start plus its
+    time alone, and the breakdown's interference was -1.5e-20 s."""
+    code, out, err = cli(["run", str(_scenario(tmp_path, TINY)), "--json", "--no-files"])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["rows"][0]["interference"] == 0.0
+    figures(doc, "run")
