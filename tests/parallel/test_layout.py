@@ -49,6 +49,23 @@ def test_megatrons_rules_are_errors_naming_the_argument(kw, field, match):
     assert info.value.field == field and isinstance(info.value, LayoutError)
 
 
+def test_a_step_of_more_passes_than_the_bound_is_refused_at_once():
+    """global_batch_size 10**8 validated, then would have run for about 15 hours (issue 21): a step runs pass by
+    pass, so micro-batches x chunks x stages is bounded, the error naming global_batch_size and the bound (and
+    refused before the schedule is built: that alone took minutes and gigabytes)."""
+    from simcomm.parallel.layout import MAX_PIPELINE_PASSES
+    with pytest.raises(ConfigError, match="global_batch_size \\(100,000,000\\) makes 100,000,000 micro-batches "
+                                          "per pipeline x 1 model chunk x 2 stages = 200,000,000 forward passes a "
+                                          "step; simcomm runs each, and at most 65,536") as info:
+        layout(world=2, global_batch_size=10 ** 8, pipeline_model_parallel_size=2)
+    assert info.value.field == "global_batch_size"
+    edge = layout(world=8, global_batch_size=MAX_PIPELINE_PASSES, pipeline_model_parallel_size=2,
+                  virtual_pipeline_model_parallel_size=2)  # dp 4: m = bound / 4, x 2 chunks x 2 stages
+    assert edge.microbatches * edge.chunks * edge.dims.pp == MAX_PIPELINE_PASSES
+    with pytest.raises(ConfigError, match="= 65,540 forward passes"):
+        layout(world=4, global_batch_size=MAX_PIPELINE_PASSES // 4 + 1, pipeline_model_parallel_size=4)
+
+
 def test_interleaved_needs_a_full_last_group():
     with pytest.raises(LayoutError, match="would deadlock"):
         layout(global_batch_size=6, pipeline_model_parallel_size=4, num_layers_per_virtual_pipeline_stage=4,

@@ -210,3 +210,13 @@ def test_no_breakdown_category_is_a_hair_below_zero(tmp_path):
     doc = json.loads(out)
     assert doc["rows"][0]["interference"] == 0.0
     figures(doc, "run")
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_huge_global_batch_is_refused_at_once(tmp_path, command):
+    """global_batch_size 10**8 validated, then would have run for about 15 hours with no progress shown (issue 21):
+    validate and run refuse it within seconds, naming the field and the bound."""
+    path = _scenario(tmp_path, {**TINY, "global_batch_size": 10 ** 8})
+    code, out, err = cli([command, str(path)], 30)
+    assert code == 2 and re.match(r"\S*adv.yaml:\d+: workload.global_batch_size: global_batch_size \(100,000,000\) "
+                                  r"makes 100,000,000 micro-batches .* at most 65,536 a step", err), err

@@ -29,6 +29,11 @@ from .model.layer import LayerShape
 from .pipeline_parallel.schedules import interleaved_1f1b
 from .pipeline_parallel.schedules import schedule as make_schedule
 
+# Both executions run a step pass by pass (the step model simulates each, at about a millisecond; numeric training
+# computes each): a step of more passes would run for minutes to hours (global_batch_size 10**8 on one pipeline:
+# about 15 hours), so it is refused, naming this bound.
+MAX_PIPELINE_PASSES = 1 << 16
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -123,6 +128,7 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     _check_splits(model, c, dims)
     m = c.global_batch_size // (c.micro_batch_size * dims.dp)
     chunks, layers = _assign_layers(model, c, pp)
+    _check_passes(m, chunks, pp, c)
     name = _schedule_name(c, chunks, pp)
     if c.recompute_granularity == "full" and c.recompute_method == "block" and not c.recompute_num_layers:
         raise ConfigError("recompute_method block needs recompute_num_layers", "recompute_num_layers")
@@ -151,6 +157,17 @@ def _check_splits(model: TransformerConfig, c: TrainingConfig, dims: ParallelDim
     if c.global_batch_size % (c.micro_batch_size * dims.dp):
         raise ConfigError(f"global_batch_size ({c.global_batch_size}) is not divisible by micro_batch_size "
                           f"({c.micro_batch_size}) x data-parallel size ({dims.dp})", "global_batch_size")
+
+
+def _check_passes(m: int, chunks: int, pp: int, c: TrainingConfig) -> None:
+    """A step's forward passes (micro-batches x model chunks x stages) are at most MAX_PIPELINE_PASSES."""
+    passes = m * chunks * pp
+    if passes > MAX_PIPELINE_PASSES:
+        raise ConfigError(f"global_batch_size ({c.global_batch_size:,}) makes {m:,} micro-batches per pipeline x "
+                          f"{chunks} model chunk{'s' if chunks > 1 else ''} x {pp} stage{'s' if pp > 1 else ''} = {passes:,} forward passes a step; simcomm runs "
+                          f"each, and at most {MAX_PIPELINE_PASSES:,} a step (about a minute): a smaller "
+                          f"global_batch_size, or a larger micro_batch_size or data-parallel size, gives fewer",
+                          "global_batch_size")
 
 
 def _schedule_name(c: TrainingConfig, chunks: int, pp: int) -> str:
@@ -250,4 +267,4 @@ def _uneven(L: int, pp: int, first: int | None, last: int | None) -> list[int]:
     return [first if first is not None else per] + [per] * (pp - 2) + [last if last is not None else per]
 
 
-__all__ = ["Layout", "build_layout"]
+__all__ = ["MAX_PIPELINE_PASSES", "Layout", "build_layout"]
