@@ -220,3 +220,25 @@ def test_a_huge_global_batch_is_refused_at_once(tmp_path, command):
     code, out, err = cli([command, str(path)], 30)
     assert code == 2 and re.match(r"\S*adv.yaml:\d+: workload.global_batch_size: global_batch_size \(100,000,000\) "
                                   r"makes 100,000,000 micro-batches .* at most 65,536 a step", err), err
+
+
+@pytest.mark.parametrize("size_only", [False, True])
+def test_numeric_training_refuses_arrays_larger_than_the_host_bound(tmp_path, size_only):
+    """A numeric config with hidden_size 20,000 allocated the whole model on every rank until numpy ran out of
+    memory (a MemoryError's traceback; at sizes the host could just hold, the machine swapped): refused before any
+    array exists, naming the field, unless size_only (no arrays at all: it runs)."""
+    model = {"num_layers": 4, "hidden_size": 20_000, "num_attention_heads": 4, "seq_length": 16,
+             "padded_vocab_size": 64}
+    path = _scenario(tmp_path, {"kind": "program", "program": "simcomm.parallel.numeric_training:gpt_training",
+                                "ranks": 2, "args": [{"model": model, "global_batch_size": 2, "size_only": size_only,
+                                                      "params_dtype": "float32"}]})
+    code, out, err = cli(["run", str(path), "--json", "--no-files"])
+    if size_only:
+        assert code == 0, err
+        figures(json.loads(out), "run", SIGNED)
+        return
+    assert code == 2 and err.startswith(
+        "simcomm: error: rank 0: numeric training with data holds at least 572.3 GiB on this host (2 ranks x the "
+        "model's 19,202,680,000 parameters with their gradients and optimizer state, and the batch's 2 x 16 tokens), "
+        "more than 4 GiB: a smaller hidden_size, or size_only: true"), err
+    assert "Traceback" not in err
