@@ -98,7 +98,7 @@ def configs(draw):
     model, c, world = draw(layouts(numeric))
     spoiled = None
     if draw(st.integers(0, 2)) == 1:  # one field in three configs is hostile
-        keys = sorted(c) + list(MODEL_KEYS) + ["global_batch_size", "micro_batch_size", "world_size"]
+        keys = sorted(c) + list(MODEL_KEYS) + ["global_batch_size", "micro_batch_size", "world_size", "colour"]
         spoiled = draw(st.sampled_from(keys))
         value = draw(st.sampled_from(HOSTILE))
         (model if spoiled in MODEL_KEYS else c)[spoiled] = value
@@ -242,3 +242,21 @@ def test_numeric_training_refuses_arrays_larger_than_the_host_bound(tmp_path, si
         "model's 19,202,680,000 parameters with their gradients and optimizer state, and the batch's 2 x 16 tokens), "
         "more than 4 GiB: a smaller hidden_size, or size_only: true"), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    ("[1, 2]", "gpt_training's settings must be a mapping of TrainingConfig fields, got [1, 2]"),
+    ("{colour: 1, global_batch_size: 1}", "gpt_training's settings: unknown setting 'colour'"),
+    ("{micro_batch_size: 1}", "gpt_training's settings: give global_batch_size"),
+    ("{model: 5, global_batch_size: 1}", "model must be a mapping of TransformerConfig fields or a preset name, got 5"),
+    ("{model: {num_layers: 2, bogus: 1}, global_batch_size: 1}", "model: unknown setting 'bogus'"),
+    ("{model: {num_layers: 2}, global_batch_size: 1}",
+     "model: give hidden_size, num_attention_heads, seq_length, padded_vocab_size")])
+def test_the_numeric_training_program_checks_its_settings(tmp_path, args, message):
+    """gpt_training given a list, an unknown key, a model that is not a mapping or misses a size: a TypeError's
+    traceback through simcomm in every rank; now an error naming the setting."""
+    path = tmp_path / "adv.yaml"
+    path.write_text("name: adv\ncluster: {preset: hgx-h100}\nworkload:\n  kind: program\n"
+                    f"  program: simcomm.parallel.numeric_training:gpt_training\n  ranks: 1\n  args: [{args}]\n")
+    code, out, err = cli(["run", str(path), "--no-files"])
+    assert code == 2 and err == f"simcomm: error: rank 0: {message}\n", err

@@ -218,11 +218,31 @@ def gpt_training(rank: int, settings: dict | None = None) -> dict:
     name or a dict of TransformerConfig fields) and `world_size` (default: every rank of the job). Returns the
     rank's losses, coordinates and state bytes."""
     from .. import distributed as dist
-    from .model.config import TransformerConfig, model_preset
-    settings = dict(settings or {})
+    from .model.config import ModelConfigError, TransformerConfig, model_preset
+    settings = dict(_fields(TrainingConfig, settings or {}, "gpt_training's settings", ConfigError, extra=("model",)))
     model = settings.pop("model", {"num_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
                                    "seq_length": 16, "padded_vocab_size": 64})
-    model = model_preset(model) if isinstance(model, str) else TransformerConfig(**model)
+    model = model_preset(model) if isinstance(model, str) else \
+        TransformerConfig(**_fields(TransformerConfig, model, "model", ModelConfigError))
     layout = build_layout(model, TrainingConfig(**settings), dist.get_world_size())
     out = train(rank, layout)
     return {"loss": out["loss"], "coords": out["coords"], "state_bytes": out["state_bytes"]}
+
+
+def _fields(cls, values, what: str, error, extra: tuple[str, ...] = ()) -> dict:
+    """`values` as keyword arguments of the dataclass `cls`: a mapping of its field names (and `extra`) that gives
+    every required one; else `error` naming the field."""
+    import dataclasses
+
+    from ..vocab import did_you_mean
+    if not isinstance(values, dict):
+        raise error(f"{what} must be a mapping of {cls.__name__} fields" + (" or a preset name" if what == "model"
+                                                                          else "") + f", got {values!r}", what)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in values:
+        if key not in fields and key not in extra:
+            raise error(f"{what}: unknown setting {key!r}{did_you_mean(key, [*fields, *extra])}", str(key))
+    missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in values]
+    if missing:
+        raise error(f"{what}: give {', '.join(missing)}", missing[0])
+    return values
