@@ -11,6 +11,8 @@ is ready).
 """
 from __future__ import annotations
 
+import math
+
 from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
 from .schedules import FORWARD
@@ -111,29 +113,40 @@ class StageTiming:
             self.acc["bubble"] += (t_a - t_w) - comm
 
     def _run_pass(self, a, p, tags):
-        """The pass on the compute stream, cut where a part must wait for its parameters."""
+        """The pass on the compute stream, cut where a part must wait for its parameters. The policy's cuts are
+        positions in the pass (a part's index, or index + fraction within it) mapped to the events to wait for
+        there, or to a function called when the compute reaches that position that returns them (it may issue
+        communication then: a prefetch)."""
         env, dp = self.env, self.p.dp
         cut = dp.before_pass(self.rank, a, p)
-        i, starts = 0, []
-        while i < len(p.parts):
-            dep = cut.get(i)
+        n = len(p.parts)
+        bounds = sorted({0, *cut}) + [n]
+        starts = [0.0] * n
+        for x, y in zip(bounds, bounds[1:]):
+            dep = cut.get(x)
             if dep is not None:
-                t = env.now
-                yield env.all_of(dep)
-                self.acc["dp"] += env.now - t
-            j = i + 1
-            while j < len(p.parts) and j not in cut:
-                j += 1
-            secs = sum(x.template.duration for x in p.parts[i:j])
-            t0 = env.now
-            starts += [t0 + x.offset - p.parts[i].offset for x in p.parts[i:j]]
+                deps = dep() if callable(dep) else dep
+                if deps:
+                    t = env.now
+                    yield env.all_of(deps)
+                    self.acc["dp"] += env.now - t
+            if y <= x:
+                continue
+            i, j = math.floor(x), math.ceil(y)
+            secs = _span(p, x, y)
+            t0, origin = env.now, _at(p, x)
+            for k in range(math.ceil(x), j):
+                starts[k] = t0 + p.parts[k].offset - origin
             yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a),
                                        kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
-            self.acc["interference"] += (env.now - t0) - secs  # slowed by communication beside it
+            took = env.now - t0
+            self.acc["interference"] += took - secs  # slowed by communication beside it
             if self.after_part is not None:
-                for x, s in zip(p.parts[i:j], starts[i:j]):
-                    self.after_part(self.rank, a, x, s)
-            i = j
+                scale = took / secs if secs > 0 else 1.0
+                for k in range(i, math.floor(y)):
+                    x_part = p.parts[k]
+                    self.after_part(self.rank, a, x_part, t0 + (x_part.offset + x_part.template.duration - origin)
+                                    * scale)
         for k, v in p.breakdown.items():
             self.acc[k] += v
         self.p.instances.append((self.rank, a, p, starts))
@@ -146,6 +159,29 @@ class StageTiming:
         slot[1] = self.env.now
         op.callbacks.append(lambda _e, ev=slot[0]: ev.succeed())
         return op
+
+
+def _at(p, x) -> float:
+    """Offset in pass p of position x (a part's index, or index + fraction of that part)."""
+    i = math.floor(x)
+    if i >= len(p.parts):
+        return p.duration
+    part = p.parts[i]
+    return part.offset + (x - i) * part.template.duration if x != i else part.offset
+
+
+def _span(p, x, y) -> float:
+    """Seconds of pass p from position x to y (whole parts summed as they are, so a pass cut at parts only
+    costs what its parts add up to)."""
+    i, j = math.ceil(x), math.floor(y)
+    whole = sum(part.template.duration for part in p.parts[i:j]) if j > i else 0.0
+    if x == i and y == j:
+        return whole
+    if j < i:  # within one part
+        return (y - x) * p.parts[j].template.duration
+    head = (i - x) * p.parts[i - 1].template.duration if x != i else 0.0
+    tail = (y - j) * p.parts[j].template.duration if y != j else 0.0
+    return head + whole + tail
 
 
 def _label(a) -> str:
