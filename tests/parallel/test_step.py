@@ -41,8 +41,10 @@ def test_interleaving_divides_the_bubble_by_v(pp, m, v):
 
 @pytest.mark.parametrize("schedule,v", [("1f1b", None), ("gpipe", None), ("auto", 2)])
 def test_the_pipeline_is_the_schedules_timeline_of_its_passes(schedule, v):
+    """With free communication (and, interleaved, asynchronous p2p: Megatron's blocking interleaved schedule sends
+    a steady iteration's forward output only after its backward) the step is the schedule's dependency timeline."""
     sim, res = step(global_batch_size=16, pipeline_model_parallel_size=4, ideal_network=True,
-                    pipeline_schedule=schedule, num_layers_per_virtual_pipeline_stage=v)
+                    pipeline_schedule=schedule, num_layers_per_virtual_pipeline_stage=v, overlap_p2p_comm=v is not None)
     layout = sim.layout
     times = timeline(layout.schedule, lambda r, a: sim.passes[(r, a.chunk, "F" if a.phase == FORWARD else
                                                                 "B")].duration)

@@ -142,6 +142,16 @@ class TrainingConfig:
     flops_formula: str = setting("megatron", "model FLOPs formula for MFU: " + ", ".join(FORMULAS),
                                  choices=tuple(FORMULAS))
     ideal_network: bool = setting(False, "every transfer takes no time (the compute-only bound)")
+    scatter_gather_tensors_in_pipeline: bool = setting(
+        False, "without sequence parallelism each TP rank sends 1/t of a pipeline activation and the receiver "
+        "all-gathers it over TP (Megatron-LM 2021-22's default; Megatron-Core has none)")
+    # -- mechanisms of the step model (simcomm's): each on by default, off for an ablation
+    p2p_rendezvous: bool = setting(True, "a pipeline send completes only once its receive is posted, where "
+                                   "Megatron's schedules post it (false: sends start when their data is ready)")
+    step_collectives: bool = setting(True, "the step's small collectives over their real groups: gradient norm and "
+                                     "fp16's found-inf over the world (distributed optimizer) or the model-parallel "
+                                     "group, the per-micro-batch loss over DP, sequence-parallel norm gradients over "
+                                     "TP (false: one 4-byte all-reduce over a replica)")
 
     def __post_init__(self):
         for name, check in _CHECKS:
