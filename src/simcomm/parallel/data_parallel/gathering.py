@@ -23,8 +23,9 @@ FSDP and DeepSpeed knobs override them):
   `reduce_bucket_size`, the configuration's bucket_size, default 500M elements), in the reduce dtype
   (TrainingConfig.grad_bytes), on the same communicator (and so NCCL stream) as the gathers.
 
-Both executions read it: the step model (timing.py's Zero3Timing), the numeric store (zero.py: which units it
-keeps after their forward) and the memory accounting (`peak_gathered`).
+Read by the step model (timing.py's Zero3Timing) and the memory accounting (model/memory.py's
+zero3_gathered_parameters, through `peak_gathered`). The numeric store (zero.py) gathers per use and frees after
+it whatever the framework: when parameters move changes time and memory, not values.
 """
 from __future__ import annotations
 
