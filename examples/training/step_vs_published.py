@@ -149,7 +149,7 @@ def ablation(row) -> str:
         offs.append(cell(run(row, interference, changes)) if used else "=")
     return (f"| {on['source']} | {on['model']}, {on['gpus']:,} | {METRIC[on['metric']]} | "
             f"{on['published']:{fmt}}{unit} | {cell(on)} | " + " | ".join(offs) +
-            f" | {on['breakdown'].get('interference', 0.0):.1%} |")
+            f" | {max(on['breakdown'].get('interference', 0.0), 0.0):.1%} |")  # float noise can dip below 0
 
 
 def main(argv) -> int:

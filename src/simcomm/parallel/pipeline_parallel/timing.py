@@ -124,14 +124,20 @@ class StageTiming:
             if cfg.p2p_rendezvous and interleaved and steady and not cfg.overlap_p2p_comm and forward and \
                     i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
                 deferred, sends = sends, []  # a steady iteration's exchange follows its backward
-            ops = [self._send(k, t) for k, t in sends]
-            if ops and not cfg.overlap_p2p_comm:  # Megatron's p2p blocks the sender
-                t = self.env.now
-                yield self.env.all_of(ops)
-                began = max(self.p.arrival(k)[1] for k, _ in sends)
-                waited = max(0.0, min(began, self.env.now) - t)  # for the receivers to post
-                self.acc["bubble"] += waited
-                self.acc["pp"] += self.env.now - t - waited
+            yield from self._exchange(sends)
+
+    def _exchange(self, sends):
+        """Send each (arrival key, tags); Megatron's p2p blocks the sender until they are through (unless
+        overlap_p2p_comm): waiting for the receivers to post is bubble, the transfers pp."""
+        ops = [self._send(k, t) for k, t in sends]
+        if not ops or self.p.layout.config.overlap_p2p_comm:
+            return
+        t = self.env.now
+        yield self.env.all_of(ops)
+        began = max(self.p.arrival(k)[1] for k, _ in sends)
+        waited = max(0.0, min(began, self.env.now) - t)
+        self.acc["bubble"] += waited
+        self.acc["pp"] += self.env.now - t - waited
 
     def _vs(self, a) -> int:
         return a.chunk * self.p.layout.dims.pp + self.rank
