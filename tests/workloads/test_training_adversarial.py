@@ -32,16 +32,20 @@ MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gro
 # signed figures in a training result: none (every time, FLOP rate, byte count and loss here is >= 0)
 SIGNED: tuple[str, ...] = ("loss", "loss_share")
 OUTCOMES: Counter = Counter()
+PLANS: Counter = Counter()
 GPUS_PER_NODE = 8
+NUMERIC_MAX_RANKS = 16
 
 
 @st.composite
 def layouts(draw, numeric: bool):
     """A model and a config that is valid more often than not (its sizes divide as Megatron's rules want)."""
-    tp = draw(st.sampled_from([1, 1, 2, 4]))
+    tp = draw(st.sampled_from([1, 1, 2] if numeric else [1, 1, 2, 4]))
     pp = draw(st.sampled_from([1, 1, 2, 4]))
     cp = draw(st.sampled_from([1, 1, 2]))
     dp = draw(st.sampled_from([1, 2] if numeric else [1, 2, 4]))
+    if numeric and tp * pp * cp * dp > NUMERIC_MAX_RANKS:  # a thread per rank: 32 took a minute on a busy host
+        dp = 1
     heads = tp * draw(st.sampled_from([1, 2]))
     layers = pp * draw(st.sampled_from([1, 2, 4]))
     model = {"num_layers": layers, "hidden_size": heads * draw(st.sampled_from([4, 8])),
@@ -146,6 +150,7 @@ def check(case, tmp_path, plan: bool = True) -> str:
 
 
 def _plan(path, text) -> None:
+    PLANS["plan"] += 1
     code, out, err = cli(["plan", str(path), "--json", "--jobs", "1", "--max-simulate", "2", "--simulate", "1",
                           "--tp", "1,2", "--pp", "1,2", "--cp", "1", "--mbs", "1", "--zero", "0,1",
                           "--recompute", "none", "--schedules", "1f1b"], 120)
@@ -160,7 +165,7 @@ COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck))
 @settings(max_examples=40, derandomize=True, **COMMON)
 @given(configs())
 def test_training_configs_run_or_refuse_cleanly(tmp_path_factory, case):
-    OUTCOMES[(case[0], check(case, tmp_path_factory.mktemp("adv"), plan=len(OUTCOMES) < 3))] += 1
+    OUTCOMES[(case[0], check(case, tmp_path_factory.mktemp("adv"), plan=PLANS["plan"] < 3))] += 1
 
 
 def test_the_sample_reaches_runs_and_refusals(tmp_path_factory):
@@ -170,7 +175,7 @@ def test_the_sample_reaches_runs_and_refusals(tmp_path_factory):
         test_training_configs_run_or_refuse_cleanly(tmp_path_factory)
     print(f"\ntraining configs: {dict(OUTCOMES)}")
     assert OUTCOMES[("step", "ran")] >= 8 and OUTCOMES[("numeric", "ran")] >= 3
-    assert sum(v for (_, o), v in OUTCOMES.items() if o != "ran") >= 5
+    assert sum(v for (_, o), v in OUTCOMES.items() if o != "ran") >= 5 and PLANS["plan"] == 3
 
 
 FUZZ: Counter = Counter()
