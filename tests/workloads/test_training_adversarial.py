@@ -76,7 +76,11 @@ def layouts(draw, numeric: bool):
     zero = draw(st.sampled_from([None, None, 0, 1, 2, 3]))
     if zero is not None:
         c["zero_stage"] = zero
-    if draw(st.booleans()):
+    if zero is None and draw(st.booleans()):  # Megatron-FSDP's spelling, under another framework's semantics
+        c["data_parallel_sharding_strategy"] = draw(st.sampled_from(["no_shard", "optim", "optim_grads",
+                                                                     "optim_grads_params"]))
+        c["framework"] = draw(st.sampled_from(["megatron", "torchtitan", "deepspeed"]))
+    elif draw(st.booleans()):
         c["use_distributed_optimizer"] = zero != 0
         c["overlap_grad_reduce"] = draw(st.booleans())
         c["overlap_param_gather"] = c["overlap_grad_reduce"] and draw(st.booleans())
