@@ -237,7 +237,8 @@ def _fields(cls, values, what: str, error, extra: tuple[str, ...] = ()) -> dict:
     from ..vocab import did_you_mean
     if not isinstance(values, dict):
         raise error(f"{what} must be a mapping of {cls.__name__} fields" + (" or a preset name" if what == "model"
-                                                                          else "") + f", got {values!r}", what)
+                                                                          else "") + f", got {values!r}",
+                    "model" if what == "model" else None)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for key in values:
         if key not in fields and key not in extra:
