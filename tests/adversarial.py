@@ -7,9 +7,8 @@ The suites, each a short CI profile (derandomized) and a long one for `pytest -m
 - Session call sequences: test_session_adversarial.py
 - nccl-tests logs for compare and calibrate: backends/test_log_adversarial.py
 - `simcomm launch` scripts: backends/launch/test_adversarial.py
-Training configurations are the next surface (they come with the parallel refactor): draw them with a hypothesis
-strategy, run each through `cli(["validate", ...])` and `cli(["run", ...])` (and `plan`), and check `clean` and
-`figures` on what comes back, as the suites above do.
+- training configurations, for the step model and numeric training, through validate, run and plan:
+  workloads/test_training_adversarial.py
 """
 from __future__ import annotations
 

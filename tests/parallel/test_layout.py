@@ -49,6 +49,41 @@ def test_megatrons_rules_are_errors_naming_the_argument(kw, field, match):
     assert info.value.field == field and isinstance(info.value, LayoutError)
 
 
+def test_a_step_of_more_passes_than_the_bound_is_refused_at_once():
+    """global_batch_size 10**8 validated, then would have run for about 15 hours (issue 21): a step runs pass by
+    pass, so micro-batches x chunks x stages is bounded, the error naming global_batch_size and the bound (and
+    refused before the schedule is built: that alone took minutes and gigabytes)."""
+    from simcomm.parallel.layout import MAX_PIPELINE_PASSES
+    with pytest.raises(ConfigError, match="global_batch_size \\(100,000,000\\) makes 100,000,000 micro-batches "
+                                          "per pipeline x 1 model chunk x 2 stages = 200,000,000 forward passes a "
+                                          "step; simcomm runs each, and at most 65,536") as info:
+        layout(world=2, global_batch_size=10 ** 8, pipeline_model_parallel_size=2)
+    assert info.value.field == "global_batch_size"
+    edge = layout(world=8, global_batch_size=MAX_PIPELINE_PASSES, pipeline_model_parallel_size=2,
+                  virtual_pipeline_model_parallel_size=2)  # dp 4: m = bound / 4, x 2 chunks x 2 stages
+    assert edge.microbatches * edge.chunks * edge.dims.pp == MAX_PIPELINE_PASSES
+    with pytest.raises(ConfigError, match="= 65,540 forward passes"):
+        layout(world=4, global_batch_size=MAX_PIPELINE_PASSES // 4 + 1, pipeline_model_parallel_size=4)
+
+
+@pytest.mark.parametrize("layers, kw, field, match", [
+    (100_000, dict(zero_stage=3), "num_layers", "num_layers \\(100,000\\) makes 1 micro-batch per pipeline x 1 "
+     "model chunk x 1 stage x 100,000 layers a chunk \\(ZeRO-3 gathers each layer's parameters\\) = 100,000 pass "
+     "pieces a step; .* fewer layers, or a ZeRO stage below 3, give fewer"),
+    (10_000, dict(zero_stage=3, global_batch_size=8), "global_batch_size", "= 80,000 pass pieces"),
+    (100_000, dict(global_batch_size=11), "global_batch_size", "global_batch_size \\(11\\) makes 11 micro-batches "
+     "per pipeline x 100,000 layers = 1,100,000 layer passes a step; simcomm runs each, and at most 1,048,576")])
+def test_a_step_of_more_layer_passes_than_the_bounds_is_refused(layers, kw, field, match):
+    """num_layers 100,000 with ZeRO-3 ran for minutes at one micro-batch (each layer's parameter gather cuts the
+    pass), and hours at 64: layers count where the step runs them."""
+    model = TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4, seq_length=16,
+                              padded_vocab_size=64)
+    with pytest.raises(ConfigError, match=match) as info:
+        build_layout(model, TrainingConfig(**{"global_batch_size": 1, **kw}), 1)
+    assert info.value.field == field
+    build_layout(model, TrainingConfig(**{**kw, "global_batch_size": 1, "zero_stage": 2}), 1)  # within both
+
+
 def test_interleaved_needs_a_full_last_group():
     with pytest.raises(LayoutError, match="would deadlock"):
         layout(global_batch_size=6, pipeline_model_parallel_size=4, num_layers_per_virtual_pipeline_stage=4,

@@ -29,6 +29,14 @@ from .model.layer import LayerShape
 from .pipeline_parallel.schedules import interleaved_1f1b
 from .pipeline_parallel.schedules import schedule as make_schedule
 
+# Both executions run a step piece by piece: each micro-batch's pass through each model chunk, cut with ZeRO-3
+# where each layer waits for its gathered parameters (the step model simulates each piece at about a millisecond;
+# numeric training computes it), and each layer of each pass (tens of microseconds of bookkeeping). A step of more
+# would run for minutes to hours (global_batch_size 10**8 on one pipeline: about 15 hours), so it is refused,
+# naming these bounds (each about a minute).
+MAX_PIPELINE_PASSES = 1 << 16
+MAX_LAYER_PASSES = 1 << 20
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -147,6 +155,7 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     _check_splits(model, c, dims)
     m = c.global_batch_size // (c.micro_batch_size * dims.dp)
     chunks, layers = _assign_layers(model, c, pp)
+    _check_work(m, chunks, pp, model, c)
     name = _schedule_name(c, chunks, pp)
     if c.recompute_granularity == "full" and c.recompute_method == "block" and not c.recompute_num_layers:
         raise ConfigError("recompute_method block needs recompute_num_layers", "recompute_num_layers")
@@ -175,6 +184,29 @@ def _check_splits(model: TransformerConfig, c: TrainingConfig, dims: ParallelDim
     if c.global_batch_size % (c.micro_batch_size * dims.dp):
         raise ConfigError(f"global_batch_size ({c.global_batch_size}) is not divisible by micro_batch_size "
                           f"({c.micro_batch_size}) x data-parallel size ({dims.dp})", "global_batch_size")
+
+
+def _check_work(m: int, chunks: int, pp: int, model: TransformerConfig, c: TrainingConfig) -> None:
+    """A step's pieces (micro-batches x chunks x stages, x the layers of a chunk with ZeRO-3) are at most
+    MAX_PIPELINE_PASSES, and its layer passes (micro-batches x layers) at most MAX_LAYER_PASSES."""
+    layers = model.num_layers
+    per_chunk = -(-layers // (chunks * pp)) if c.stage == 3 else 1
+    pieces, layer_passes = m * chunks * pp * per_chunk, m * layers
+    cut = f" x {per_chunk:,} layers a chunk (ZeRO-3 gathers each layer's parameters)" if per_chunk > 1 else ""
+    what = "pass pieces" if cut else "forward passes"
+    steps = f"{m:,} micro-batch{'es' if m > 1 else ''} per pipeline"
+    field, value = ("global_batch_size", c.global_batch_size) if m > 1 else ("num_layers", layers)
+    hint = ("a smaller global_batch_size, or a larger micro_batch_size or data-parallel size, gives fewer"
+            if m > 1 else "fewer layers" + (", or a ZeRO stage below 3," if per_chunk > 1 else "") + " give fewer")
+    if pieces > MAX_PIPELINE_PASSES:
+        raise ConfigError(f"{field} ({value:,}) makes {steps} x {chunks} model "
+                          f"chunk{'s' if chunks > 1 else ''} x {pp} stage{'s' if pp > 1 else ''}{cut} = "
+                          f"{pieces:,} {what} a step; simcomm runs each, and at most "
+                          f"{MAX_PIPELINE_PASSES:,} a step (about a minute): {hint}", field)
+    if layer_passes > MAX_LAYER_PASSES:
+        raise ConfigError(f"{field} ({value:,}) makes {steps} x {layers:,} layers "
+                          f"= {layer_passes:,} layer passes a step; simcomm runs each, and at most "
+                          f"{MAX_LAYER_PASSES:,} a step (about a minute): {hint}", field)
 
 
 def _schedule_name(c: TrainingConfig, chunks: int, pp: int) -> str:
@@ -274,4 +306,4 @@ def _uneven(L: int, pp: int, first: int | None, last: int | None) -> list[int]:
     return [first if first is not None else per] + [per] * (pp - 2) + [last if last is not None else per]
 
 
-__all__ = ["Layout", "build_layout"]
+__all__ = ["MAX_LAYER_PASSES", "MAX_PIPELINE_PASSES", "Layout", "build_layout"]

@@ -17,12 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import data
-from .config import TrainingConfig
+from .config import ConfigError, TrainingConfig
 from .context_parallel import RingAttention, load_balanced_positions
 from .data_parallel import make_store
 from .data_parallel.reduce import all_reduce_held
 from .dims import Axis, LayoutError
 from .layout import Layout, build_layout
+from .model.flops import parameter_count
 from .model.gpt import WORD, ChunkContext, GPTChunk, NoTensorParallel, init_params, local_shape, param_specs, shard
 from .model.tensor import Meta, is_meta, value
 from .numeric_compute import KernelCharges
@@ -30,6 +31,30 @@ from .pipeline_parallel.p2p import StageLinks
 from .pipeline_parallel.runner import PipelineRunner
 from .rank_comm import RankComm
 from .tensor_parallel import TensorParallel
+
+
+# Numeric training with data holds real arrays in this host's memory: every rank initialises the whole model (then
+# keeps its shard, its gradients and optimizer state) and draws the whole batch. Past this bound (a few times a
+# tutorial model's) a layout is refused rather than left to exhaust the host.
+MAX_HOST_BYTES = 4 << 30
+
+
+def check_host_memory(layout: Layout) -> None:
+    """Refuse a numeric run with data whose arrays (at the least: the model and its gradients and Adam moments,
+    and the token batch, on every rank) exceed MAX_HOST_BYTES, naming the field that makes them large."""
+    cfg, m = layout.config, layout.model
+    if cfg.size_only:
+        return
+    ranks = layout.world_size
+    weights = ranks * 4 * parameter_count(m) * cfg.numpy_dtype.itemsize
+    tokens = ranks * 2 * cfg.global_batch_size * m.seq_length * 8
+    if weights + tokens > MAX_HOST_BYTES:
+        field = "hidden_size" if weights >= tokens else "global_batch_size"
+        raise ConfigError(f"numeric training with data holds at least {(weights + tokens) / (1 << 30):,.1f} GiB "
+                          f"on this host ({ranks} ranks x the model's {parameter_count(m):,} parameters with their "
+                          f"gradients and optimizer state, and the batch's {cfg.global_batch_size:,} x "
+                          f"{m.seq_length:,} tokens), more than {MAX_HOST_BYTES >> 30} GiB: a smaller {field}, or "
+                          "size_only: true (the same communication and time without data)", field)
 
 
 class RankGroups:
@@ -66,6 +91,7 @@ class RankTrainer:
         if comm.world_size != layout.world_size:
             raise LayoutError(f"the layout {layout.dims.describe()} needs {layout.world_size} ranks; the job has "
                               f"{comm.world_size}")
+        check_host_memory(layout)
         cfg, dims, m = layout.config, layout.dims, layout.model
         self.comm, self.layout, self.cfg = comm, layout, cfg
         rank = comm.rank
@@ -192,11 +218,32 @@ def gpt_training(rank: int, settings: dict | None = None) -> dict:
     name or a dict of TransformerConfig fields) and `world_size` (default: every rank of the job). Returns the
     rank's losses, coordinates and state bytes."""
     from .. import distributed as dist
-    from .model.config import TransformerConfig, model_preset
-    settings = dict(settings or {})
+    from .model.config import ModelConfigError, TransformerConfig, model_preset
+    settings = dict(_fields(TrainingConfig, settings or {}, "gpt_training's settings", ConfigError, extra=("model",)))
     model = settings.pop("model", {"num_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
                                    "seq_length": 16, "padded_vocab_size": 64})
-    model = model_preset(model) if isinstance(model, str) else TransformerConfig(**model)
+    model = model_preset(model) if isinstance(model, str) else \
+        TransformerConfig(**_fields(TransformerConfig, model, "model", ModelConfigError))
     layout = build_layout(model, TrainingConfig(**settings), dist.get_world_size())
     out = train(rank, layout)
     return {"loss": out["loss"], "coords": out["coords"], "state_bytes": out["state_bytes"]}
+
+
+def _fields(cls, values, what: str, error, extra: tuple[str, ...] = ()) -> dict:
+    """`values` as keyword arguments of the dataclass `cls`: a mapping of its field names (and `extra`) that gives
+    every required one; else `error` naming the field."""
+    import dataclasses
+
+    from ..vocab import did_you_mean
+    if not isinstance(values, dict):
+        raise error(f"{what} must be a mapping of {cls.__name__} fields" + (" or a preset name" if what == "model"
+                                                                          else "") + f", got {values!r}",
+                    "model" if what == "model" else None)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in values:
+        if key not in fields and key not in extra:
+            raise error(f"{what}: unknown setting {key!r}{did_you_mean(key, [*fields, *extra])}", str(key))
+    missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in values]
+    if missing:
+        raise error(f"{what}: give {', '.join(missing)}", missing[0])
+    return values

@@ -32,7 +32,7 @@ from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
 from .pipeline_parallel.schedules import FORWARD
-from .pipeline_parallel.timing import Pipeline, StageTiming
+from .pipeline_parallel.timing import Pipeline, StageTiming, slowed
 from .step_passes import build_pass
 from .step_result import StepResult
 from .step_traffic import Traffic
@@ -312,7 +312,7 @@ class _StepEnd:
         yield self.p.session.compute(st.ranks, seconds=secs, tags={"stage": r, "phase": "optimizer"},
                                      label="optimizer", kernels=OPTIMIZER_MIX)
         st.acc["optimizer"] += secs
-        st.acc["interference"] += (env.now - t) - secs
+        st.acc["interference"] += slowed(env.now - t, secs)
         gathers = self.p.dp.after_optimizer(r)
         if gathers:
             t = env.now

@@ -208,7 +208,7 @@ class StageTiming:
             yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a),
                                        kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
             took = env.now - t0
-            self.acc["interference"] += took - secs  # slowed by communication beside it
+            self.acc["interference"] += slowed(took, secs)  # slowed by communication beside it
             if self.after_part is not None:
                 scale = took / secs if secs > 0 else 1.0
                 for k in range(i, math.floor(y)):
@@ -244,6 +244,12 @@ class StageTiming:
                                for g in groups])
         done.callbacks.append(lambda _e, ev=slot[0]: ev.succeed())
         return op
+
+
+def slowed(took: float, alone: float) -> float:
+    """How much longer work took than alone: never below 0 (now - start can round a hair under `alone` when
+    nothing slowed it, which made a breakdown's interference -1.5e-20 s)."""
+    return max(0.0, took - alone)
 
 
 def _posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
