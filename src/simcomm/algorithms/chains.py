@@ -82,8 +82,9 @@ def advance(r: np.ndarray, m: StepMap, starts: np.ndarray) -> np.ndarray:
     if not len(starts):
         return r
     cls = clock_classes(r, m, len(starts))
-    _, rep = np.unique(cls, return_index=True)  # one clock per class, classes in id order
-    q = len(rep)
+    q = int(cls.max()) + 1
+    rep = np.empty(q, dtype=np.int64)  # one clock per class, classes in id order: its first (as np.unique's)
+    rep[cls[::-1]] = np.arange(len(cls) - 1, -1, -1)
     pred = m.pred[rep]
     back = np.where(pred >= 0, cls[np.maximum(pred, 0)], q)  # q: a slot that stays -inf
     off, lat = m.off[rep], m.lat[rep]

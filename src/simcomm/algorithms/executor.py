@@ -70,6 +70,7 @@ class _Executor:
         self.last_cost: np.ndarray | None = None
         self.last_reduction: _Reduction | None = None
         self._wire: tuple[Step | None, float] = (None, proto.wire_factor)  # the step last given a capped factor
+        self._reduced: tuple[Step | None, _Reduction | None] = (None, None)  # the step last asked for its reductions
 
     # ---- one step, the general way -------------------------------------------------------------------------
     def flows(self, st: Step):
@@ -166,6 +167,12 @@ class _Executor:
             yield sim.at(float(ends.max()))
 
     def reduction(self, st: Step) -> _Reduction | None:
+        """The step's reductions (None: none); a step repeated back to back is read once, as wire() is."""
+        if self._reduced[0] is not st:
+            self._reduced = (st, self._reduction(st))
+        return self._reduced[1]
+
+    def _reduction(self, st: Step) -> _Reduction | None:
         who, amount = _reductions(st)
         if who is None or not len(who):
             return None

@@ -15,7 +15,7 @@ import numpy as np
 from ..engine.resources import reduction_bytes
 from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, UP, Layout, Shape
 from .plan import Collective
-from .symmetric import Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, Rails, Reduced
+from .symmetric import Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced
 
 
 class _Run:
@@ -79,7 +79,7 @@ class _Run:
             flows, reduced, chains, latency, nic, reduce = built
             count += float(flows.weight.sum())
             rails = self.rails.finish(t, flows, reduced, nic)
-            costs = [r - t + latency for r in rails]
+            costs = per_rail(rails, lambda r: r - t + latency)
             floor = t + min(float(c.min()) for c in costs)
             clocks.advance(chains, costs, t)
             t = self._reduce(reduce, clocks, chains, t, floor, max(float(r.max()) for r in rails))

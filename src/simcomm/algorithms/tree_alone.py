@@ -18,7 +18,8 @@ import numpy as np
 
 from ..engine.resources import reduction_bytes
 from .plan import Collective
-from .symmetric import Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, Rails, Reduced, merge
+from .symmetric import (Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced,
+                        merge)
 from .tree_shape import dtree_parents, head_stride, tree_channels
 from .tree_schedule import _Edges, choose_slices, depths
 
@@ -161,7 +162,7 @@ class _Run:
             full_flows += count
             chains = (e.wrow[active], e.src[active], e.dst[active], np.arange(len(active)), e.rrow[active])
             rails = self.rails.finish(t, flows, reduced, nic) if nic is not None else [reduced.finish(t, flows)]
-            costs = [r[edge_flow] - t + latency[active] for r in rails]
+            costs = per_rail(rails, lambda r: r[edge_flow] - t + latency[active])
             floor = t + min(float(c.min()) for c in costs)
             clocks.advance(chains, costs, t)
             t = self._reduce(active, nbytes, clocks, chains, t, floor, max(float(r.max()) for r in rails))

@@ -27,7 +27,9 @@ Cases:
                           search space); target: at least 500 layouts in under 60 s wall on 2 cores
   plan-llama3-405b-16384  `simcomm plan` of scenarios/llama3-405b-h100-16384.yaml on 2 worker processes, every
                           layout of the default search space; target (issue 22): under 60 s wall on 2 cores
-Cases with a target report it (`target`) and whether this run met it (`target_met`).
+Cases with a target report it (`target`) and whether this run met it (`target_met`). Every row also gives the case's
+CPU seconds (`cpu_seconds`: user and system, this process and the children it waited for), which a machine shared
+with other work stretches far less than the wall time.
 
 `simcomm bench smpi` compares with a peer: the same 4 MiB all-reduce program on SimGrid's SMPI (where smpirun and
 smpicc are installed) and as a simcomm rank program, at 8, 64, 256, 1,024 and 4,096 ranks, run interleaved; it
@@ -38,6 +40,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import time
 
@@ -53,10 +57,17 @@ from ..units import format_size, whole, wholes
 MiB = 1 << 20
 
 
-def _timed(fn) -> tuple[float, dict]:
-    t = time.perf_counter()
+def _cpu() -> float:
+    """CPU seconds of this process (finely) and of the children it waited for (in clock ticks)."""
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
+
+
+def _timed(fn) -> tuple[float, float, dict]:
+    """(wall seconds, CPU seconds, what fn returned)."""
+    t, c = time.perf_counter(), _cpu()
     info = fn()
-    return time.perf_counter() - t, info
+    return time.perf_counter() - t, _cpu() - c, info
 
 
 def bench_flows(nodes: int = 128, nbytes: int = 64 * MiB) -> dict:
@@ -261,21 +272,33 @@ TARGETS = {
 }
 
 
-def run(cases: list[str], isolated: bool = False) -> list[dict]:
+def run(cases: list[str], isolated: bool = False, repeats: int = 1) -> list[dict]:
     """One row per case: wall seconds and what the case reports; isolated: each case in a fresh process of its own
-    (no caches or memory carried over), with its peak memory (`peak_mb`, the process's maximum resident set)."""
+    (no caches or memory carried over), with its peak memory (`peak_mb`, the process's maximum resident set).
+    repeats > 1: the case runs that many times and the row gives the medians of wall, CPU and peak memory (the
+    rest from the run of median wall time), with every run's wall time (`wall_runs`)."""
     rows = []
     for name in cases:
-        if isolated:
-            row = _run_isolated(name)
-        else:
-            wall, info = _timed(CASES[name])
-            row = {"case": name, "wall_seconds": wall, **info}
+        runs = [_run_once(name, isolated) for _ in range(repeats)]
+        good = [r for r in runs if "error" not in r] or runs[-1:]
+        row = dict(sorted(good, key=lambda r: r["wall_seconds"])[(len(good) - 1) // 2])
+        if repeats > 1 and "error" not in row:
+            for key in ("wall_seconds", "cpu_seconds", "peak_mb"):
+                if all(key in r for r in good):
+                    row[key] = statistics.median(r[key] for r in good)
+            row["wall_runs"] = [r["wall_seconds"] for r in runs]
         if name in TARGETS and "error" not in row:
             what, met = TARGETS[name]
             row.update(target=what, target_met=bool(met(row)))
         rows.append(row)
     return rows
+
+
+def _run_once(name: str, isolated: bool) -> dict:
+    if isolated:
+        return _run_isolated(name)
+    wall, cpu, info = _timed(CASES[name])
+    return {"case": name, "wall_seconds": wall, "cpu_seconds": cpu, **info}
 
 
 def _run_isolated(name: str) -> dict:
@@ -293,7 +316,8 @@ def _print_row(row: dict) -> None:
         print(f"{row['case']:<30} failed: {row['error']}", flush=True)
         return
     peak = f"{row['peak_mb']:>8.0f}" if "peak_mb" in row else f"{'':>8}"
-    print(f"{row['case']:<30} {row['wall_seconds']:>8.3f} {peak} {row.get('events', 0):>9} "
+    print(f"{row['case']:<30} {row['wall_seconds']:>8.3f} {row.get('cpu_seconds', float('nan')):>7.3f} {peak} "
+          f"{row.get('events', 0):>9} "
           f"{row.get('flows', 0):>11} {row.get('solves', 0):>7} {row['sim_seconds'] * 1e3:>9.3f} ms"
           + (f"  {row['target']}: {'met' if row['target_met'] else 'NOT MET'}" if "target" in row else ""),
           flush=True)
@@ -311,8 +335,8 @@ def _peers(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'ranks':>6} {'per rank':>9} {'simcomm s':>10} {'SMPI s':>8} {'ratio':>6} {'simcomm MB':>11} "
-          f"{'SMPI MB':>8} {'ratio':>6}  simulated us (simcomm / SMPI)  target")
+    print(f"{'ranks':>6} {'per rank':>9} {'simcomm s':>10} {'SMPI s':>8} {'ratio':>6} {'cpu ratio':>9} "
+          f"{'simcomm MB':>11} {'SMPI MB':>8} {'ratio':>6}  simulated us (simcomm / SMPI)  target")
     for r in rows:
         size = format_size(r["bytes_per_rank"])
         if "wall_ratio" not in r:
@@ -322,7 +346,7 @@ def _peers(args) -> int:
         ok = target is not None and r["wall_ratio"] <= target and r["memory_ratio"] <= 1
         met = "" if target is None else f"  <= {target}x wall, <= 1x memory: {'met' if ok else 'NOT MET'}"
         print(f"{r['ranks']:>6} {size:>9} {r['simcomm_wall_seconds']:>10.2f} {r['smpi_wall_seconds']:>8.2f} "
-              f"{r['wall_ratio']:>6.2f} {r['simcomm_peak_mb']:>11.0f} {r['smpi_peak_mb']:>8.0f} "
+              f"{r['wall_ratio']:>6.2f} {r['cpu_ratio']:>9.2f} {r['simcomm_peak_mb']:>11.0f} {r['smpi_peak_mb']:>8.0f} "
               f"{r['memory_ratio']:>6.2f}  {r['simcomm_simulated_us']:.1f} / {r['smpi_simulated_us']:.1f}{met}")
     return 0
 
@@ -337,14 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the cases in this process (default: each in a fresh process, with its peak memory)")
     p.add_argument("--ranks", type=wholes(2, 16384), default=(8, 64, 256, 1024, 4096),
                    help="smpi: rank counts, comma-separated (default 8,64,256,1024,4096)")
-    p.add_argument("--repeats", type=whole(1, 100), default=3,
-                   help="smpi: interleaved runs per side and rank count (median)")
+    p.add_argument("--repeats", type=whole(1, 100), default=None,
+                   help="runs of each case, each in a fresh process, reported by their medians (default 1); smpi: "
+                        "interleaved runs per side and rank count (default 3)")
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.cases == ["smpi"]:
+        args.repeats = args.repeats or 3
         return _peers(args)
     cases = list(CASES) if args.cases == ["all"] else (args.cases or DEFAULT)
     unknown = [c for c in cases if c not in CASES]
@@ -354,10 +380,11 @@ def main(argv=None) -> int:
         return 2
     rows = []
     if not args.json:
-        print(f"{'case':<30} {'wall s':>8} {'peak MB':>8} {'events':>9} {'flows':>11} {'solves':>7} {'sim time':>12}"
+        print(f"{'case':<30} {'wall s':>8} {'cpu s':>7} {'peak MB':>8} {'events':>9} {'flows':>11} {'solves':>7} "
+              f"{'sim time':>12}"
               "  target")
     for name in cases:
-        row = run([name], isolated=not args.in_process)[0]
+        row = run([name], isolated=not args.in_process, repeats=args.repeats or 1)[0]
         rows.append(row)
         if not args.json:
             _print_row(row)

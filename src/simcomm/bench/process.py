@@ -18,6 +18,7 @@ class Finished:
     peak_mb: float  # maximum resident set of the process and the children it waited for (wait4's ru_maxrss)
     timed_out: bool
     timeout: float = 0.0
+    cpu_seconds: float = 0.0  # user + system CPU of the process and the children it waited for (wait4)
 
     @property
     def failure(self) -> str:
@@ -42,4 +43,4 @@ def run_process(cmd: list[str], cwd=None, timeout: float = 600.0, env=None) -> F
         out.seek(0)
         err.seek(0)
         return Finished(proc.returncode, out.read(), err.read(), wall, usage.ru_maxrss / 1024, wall >= timeout,
-                        timeout)
+                        timeout, usage.ru_utime + usage.ru_stime)

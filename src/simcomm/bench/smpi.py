@@ -60,12 +60,13 @@ def _measure(cmd: list[str], cwd: Path, timeout: float, env: dict | None = None)
     if done.returncode != 0 or not lines:
         return {"ok": False, "error": done.failure}
     _, sim, _, result = lines[-1]
-    return {"ok": True, "wall_seconds": done.wall_seconds, "peak_mb": done.peak_mb, "simulated_seconds": float(sim),
-            "result": float(result)}
+    return {"ok": True, "wall_seconds": done.wall_seconds, "peak_mb": done.peak_mb, "cpu_seconds": done.cpu_seconds,
+            "simulated_seconds": float(sim), "result": float(result)}
 
 
 def compare(ranks=RANKS, repeats: int = 3, count: int = COUNT, timeout: float = 600.0, progress=None) -> list[dict]:
-    """One row per rank count: median wall seconds and peak MB of each side, their ratios, simulated times, and
+    """One row per rank count: median wall seconds, CPU seconds and peak MB of each side, their ratios, simulated
+    times, and
     the bytes per rank (`count` float32, or fewer where the machine's memory cannot hold both sides:
     fitting_count)."""
     missing = missing_tools()
@@ -105,9 +106,11 @@ def _summarise(n: int, runs: dict) -> dict:
             continue
         row[f"{side}_wall_seconds"] = statistics.median(r["wall_seconds"] for r in good)
         row[f"{side}_peak_mb"] = statistics.median(r["peak_mb"] for r in good)
+        row[f"{side}_cpu_seconds"] = statistics.median(r["cpu_seconds"] for r in good)
         row[f"{side}_simulated_us"] = good[0]["simulated_seconds"] * 1e6
         row[f"{side}_result"] = good[0]["result"]
     if "simcomm_wall_seconds" in row and "smpi_wall_seconds" in row:
         row["wall_ratio"] = row["simcomm_wall_seconds"] / row["smpi_wall_seconds"]
         row["memory_ratio"] = row["simcomm_peak_mb"] / row["smpi_peak_mb"]
+        row["cpu_ratio"] = row["simcomm_cpu_seconds"] / max(row["smpi_cpu_seconds"], 1e-9)
     return row

@@ -96,12 +96,14 @@ class FlowNetwork:
         self._solo_cache = BoundedCache(max_entries=1024)  # pattern and bytes -> Trajectory
         self._replays: dict[int, Replay] = {}
         self._next_rid = 0
-        self._owner = np.full(cluster.num_links, -1, dtype=np.int64)  # replay holding each link (see _owners)
+        # Per-link ids are kept as id + 1 in zeroed arrays (0: none), whose pages the kernel maps only where a link
+        # is marked: a session that never replays or learns on most of 1.5 million links never writes them.
+        self._owner = np.zeros(cluster.num_links, dtype=np.int64)  # replay holding each link + 1 (see _owners)
         self._owner_stale = False
         self._owned = np.empty(0, dtype=np.int64)  # the links _owner marks
         self._key_memo: tuple | None = None  # the last uniform solo key (a plan repeating its step reuses it)
         self._learning: dict[int, Learning] = {}  # batch id -> its recording
-        self._learner = np.full(cluster.num_links, -1, dtype=np.int64)  # learning batch on each link
+        self._learner = np.zeros(cluster.num_links, dtype=np.int64)  # learning batch on each link + 1
         self.stats = {"transfers": 0, "flows": 0, "solves": 0, "solve_cache_hits": 0, "closed_form": 0}
 
     # ---- public ------------------------------------------------------------------------------------------
@@ -250,7 +252,10 @@ class FlowNetwork:
     def _count_live(self, routes: np.ndarray, sign: int) -> None:
         """Flows on `routes` become live (sign 1) or stop being live (-1): the per-link counts follow, at the cost
         of the links those flows cross (a 131,072-GPU cluster has 1.5 million links)."""
-        on = self._route_links(routes)
+        self._count_links(self._route_links(routes), sign)
+
+    def _count_links(self, on: np.ndarray, sign: int) -> None:
+        """_count_live for the links those flows cross (`on`, with repeats)."""
         if 8 * len(on) > len(self._live_count):
             self._live_count += sign * np.bincount(on, minlength=len(self._live_count))
         elif len(on):
@@ -266,13 +271,13 @@ class FlowNetwork:
                 self._forget(bid)
             return
         owners = self._owners()[links] if self._replays else links[:0]
-        if (owners >= 0).any():
-            for rid in unique(owners[owners >= 0]).tolist():
+        if owners.any():
+            for rid in (unique(owners[owners > 0]) - 1).tolist():
                 self._cut(self._replays[rid], live=True)
         if self._learning:
             learners = self._learner[links]
-            if (learners >= 0).any():
-                for bid in unique(learners[learners >= 0]).tolist():
+            if learners.any():
+                for bid in (unique(learners[learners > 0]) - 1).tolist():
                     self._forget(bid)
 
     # ---- live flows ----------------------------------------------------------------------------------------
@@ -286,7 +291,7 @@ class FlowNetwork:
         if learn is not None:
             key, links = learn
             self._learning[bid] = Learning(t, key, self.env.now, links, bw_done=np.full(n, np.nan))
-            self._learner[links] = bid
+            self._learner[links] = bid + 1
         new = (t.route if index is None else t.route[index], wire, np.zeros(n) if rates is None else rates,
                t.extra_latency if index is None else t.extra_latency[index],
                t.weight if index is None else t.weight[index], np.full(n, bid),
@@ -380,10 +385,11 @@ class FlowNetwork:
         for name in _LIVE:
             arr = getattr(self, name)
             setattr(self, name, arr[:0] if not keep.any() else arr[keep])
-        self._count_live(freed, -1)
+        on = self._route_links(freed)
+        self._count_links(on, -1)
         # Max-min rates decompose over flows that share no link: if none of the live flows crossed a link of the
         # ones that ended, their rates stay (a pipelined tree's NVLink hops end before its NIC hops, and vice versa).
-        self._solve(unchanged=len(self._route) > 0 and not self._live_overlaps(self._links_crossed(freed)))
+        self._solve(unchanged=len(self._route) > 0 and not self._live_overlaps(on))
         self._note_loads()
         self._schedule_next()
 
@@ -421,7 +427,7 @@ class FlowNetwork:
 
     def _forget(self, bid: int) -> None:
         rec = self._learning.pop(bid)
-        self._learner[rec.links] = -1
+        self._learner[rec.links] = 0
 
     def _hold(self, rep: Replay) -> Replay:
         self._next_rid += 1
@@ -435,12 +441,13 @@ class FlowNetwork:
         rep.token += 1
 
     def _owners(self) -> np.ndarray:
-        """The replay holding each link (-1: none), brought up to date only when asked: a plan that replays step
-        after step on an otherwise idle network never needs it. Only the links marked before are cleared."""
+        """The replay holding each link, plus one (0: none), brought up to date only when asked: a plan that
+        replays step after step on an otherwise idle network never needs it. Only the links marked before are
+        cleared."""
         if self._owner_stale:
-            self._owner[self._owned] = -1
+            self._owner[self._owned] = 0
             for rid, rep in self._replays.items():
-                self._owner[rep.links] = rid
+                self._owner[rep.links] = rid + 1
             self._owned = np.concatenate([rep.links for rep in self._replays.values()]) if self._replays \
                 else self._owned[:0]
             self._owner_stale = False
@@ -448,7 +455,7 @@ class FlowNetwork:
 
     def _held(self, links: np.ndarray) -> bool:
         """Whether a replay holds any of `links`."""
-        return bool(self._replays) and bool((self._owners()[links] >= 0).any())
+        return bool(self._replays) and bool(self._owners()[links].any())
 
     def _timer(self, rep: Replay, delay: float) -> None:
         ev = self.env.timeout(max(delay, 0.0), value=(rep.rid, rep.token))

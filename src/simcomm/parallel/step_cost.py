@@ -116,7 +116,7 @@ class StepModel:
 
     def _check_replay(self, traffic: Traffic, reps, notes: list) -> None:
         dims = self.dims
-        inner, outer = frozenset(), frozenset()
+        inner, outer = set(), set()  # grown in place: a frozenset's |= copies the whole set each time
         stage_ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]
         for r in range(dims.pp):
             grid = dims.ranks(pp=r, dp=0)  # (cp, tp)
@@ -129,7 +129,7 @@ class StepModel:
             if r + 1 < dims.pp:
                 outer |= traffic.links_of_routes(stage_ranks[r], stage_ranks[r + 1])
                 outer |= traffic.links_of_routes(stage_ranks[r + 1], stage_ranks[r])
-        if inner & outer:
+        if not inner.isdisjoint(outer):
             notes.append("TP/CP traffic shares links with DP or PP traffic here: layer templates are timed alone, "
                          "so their contention with gradient and pipeline transfers is not modelled")
 

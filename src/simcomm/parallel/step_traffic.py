@@ -45,9 +45,8 @@ class Traffic:
         key = src.tobytes() + b"|" + dst.tobytes()
         got = self._pair_links.get(key)
         if got is None:
-            rids = self.cluster.route_ids(src, dst)
-            routes = self.cluster.route_links
-            got = frozenset(int(j) for r in np.unique(rids).tolist() for j in routes[r].tolist())
+            crossed, _ = self.cluster.links_crossed(np.unique(self.cluster.route_ids(src, dst)))
+            got = frozenset(np.unique(crossed).tolist())
             self._pair_links[key] = got
         return got
 
@@ -69,7 +68,7 @@ class Traffic:
         self._live = [x for x in self._live if not x[0].processed]
         busy = False
         for entry in self._live:
-            if entry[1] & links:
+            if not entry[1].isdisjoint(links):
                 busy = True
                 entry[2] = True
                 if entry[3]:
@@ -111,7 +110,7 @@ class Traffic:
         def body():
             links = self.group_links(ranks)
             cached = self._cache.get(key) if self.reuse else None
-            live_links = any(e[1] & links for e in self._live if not e[0].processed)
+            live_links = any(not e[1].isdisjoint(links) for e in self._live if not e[0].processed)
             if cached is not None and not live_links:
                 self._replay(out, cached, ranks, links)
                 return
