@@ -101,10 +101,17 @@ class Layout:
     def has_output(self, rank: int, chunk: int) -> bool:
         return rank == self.dims.pp - 1 and chunk == self.chunks - 1
 
+    @property
+    def expert_data_parallel_shards(self) -> int:
+        """Ranks that hold the same experts and share their gradients: edp = world / (etp ep pp)."""
+        return self.dims.edp
+
     def describe(self) -> str:
         c = self.config
         v = f" v={self.chunks}" if self.chunks > 1 else ""
-        return (f"tp={self.dims.tp} pp={self.dims.pp} cp={self.dims.cp} dp={self.dims.dp}{v} "
+        d = self.dims
+        experts = f" ep={d.ep} etp={d.etp} edp={d.edp}" if self.model.is_moe else ""
+        return (f"tp={self.dims.tp} pp={self.dims.pp} cp={self.dims.cp} dp={self.dims.dp}{experts}{v} "
                 f"mbs={c.micro_batch_size} m={self.microbatches} {self.schedule_name} zero={c.stage} "
                 f"recompute={c.recompute_granularity or 'none'}{' sp' if c.sp else ''}")
 
@@ -120,6 +127,9 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     if dims.world_size > world_size:
         raise ConfigError(f"world_size {dims.world_size} is more than the cluster's {world_size} ranks",
                           "world_size")
+    _check_experts(model, c, dims)
+    dims = ParallelDims(tp=tp, pp=pp, cp=cp, world_size=dims.world_size, ep=c.expert_model_parallel_size,
+                        etp=c.etp)
     _check_splits(model, c, dims)
     m = c.global_batch_size // (c.micro_batch_size * dims.dp)
     chunks, layers = _assign_layers(model, c, pp)
@@ -151,6 +161,41 @@ def _check_splits(model: TransformerConfig, c: TrainingConfig, dims: ParallelDim
     if c.global_batch_size % (c.micro_batch_size * dims.dp):
         raise ConfigError(f"global_batch_size ({c.global_batch_size}) is not divisible by micro_batch_size "
                           f"({c.micro_batch_size}) x data-parallel size ({dims.dp})", "global_batch_size")
+
+
+def _check_experts(model: TransformerConfig, c: TrainingConfig, dims: ParallelDims) -> None:
+    """Megatron-Core's rules for the expert grid and the MoE layers (moe.md section 2)."""
+    ep, etp, tp = c.expert_model_parallel_size, c.etp, dims.tp
+    if not model.is_moe:
+        if ep > 1 or etp != tp:
+            field = "expert_model_parallel_size" if ep > 1 else "expert_tensor_parallel_size"
+            raise ConfigError(f"{field} needs a mixture-of-experts model (num_moe_experts)", field)
+        return
+    E = model.num_moe_experts
+    if E % ep:
+        raise ConfigError(f"num_moe_experts ({E}) is not divisible by expert_model_parallel_size ({ep})",
+                          "expert_model_parallel_size")
+    stage = dims.world_size // dims.pp
+    if stage % (ep * etp):
+        raise ConfigError(f"the {stage} GPUs of a pipeline stage are not divisible by expert_tensor_parallel_size x "
+                          f"expert_model_parallel_size = {etp} x {ep}", "expert_model_parallel_size")
+    for what, n, by, field in (("moe_ffn_hidden_size", model.moe_ffn_hidden_size, etp, "expert_tensor_parallel_size"),
+                               ("moe_shared_expert_intermediate_size", model.moe_shared_expert_intermediate_size, tp,
+                                "tensor_model_parallel_size")):
+        if n is not None and n % by:
+            raise ConfigError(f"{what} ({n}) is not divisible by {field} ({by})", field)
+    if tp > 1 and not c.sequence_parallel:
+        raise ConfigError("MoE layers with tensor parallelism need sequence_parallel (Megatron-Core's rule: tokens "
+                          "enter the router split along the sequence)", "sequence_parallel")
+    if c.moe_token_dispatcher_type != "alltoall":
+        raise ConfigError(f"moe_token_dispatcher_type {c.moe_token_dispatcher_type!r} is not modelled; alltoall is "
+                          "(the dispatcher of Megatron's large-scale MoE recipes)", "moe_token_dispatcher_type")
+    if c.stage == 3:
+        raise ConfigError("ZeRO-3 with mixture-of-experts layers is not modelled (expert parameters would be sharded "
+                          "over their own expert-data-parallel group)", "zero_stage")
+    if c.moe_expert_load is not None and len(c.moe_expert_load) != E:
+        raise ConfigError(f"moe_expert_load gives {len(c.moe_expert_load)} loads for {E} experts",
+                          "moe_expert_load")
 
 
 def _schedule_name(c: TrainingConfig, chunks: int, pp: int) -> str:
