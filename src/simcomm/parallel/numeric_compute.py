@@ -38,7 +38,10 @@ class KernelCharges:
         self.pending = 0.0
 
     def charge(self, name: str, share: float = 1.0) -> None:
-        self.pending += self.table[name] * share
+        self.pending += self.table.get(name, 0.0) * share  # WIP
+
+    def charge_moe(self, name: str, counts=None) -> None:
+        pass  # WIP
 
     def recompute(self, position: int) -> None:
         """What recomputation reruns before the backward of the layer at `position` in its chunk."""
