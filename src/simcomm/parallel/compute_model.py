@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import SimcommError
 from .calibration import H100_BF16_PEAK, H100_SMS
-from .model.programs import ATTENTION, GEMM
+from .model.programs import ATTENTION, GEMM, GROUPED_GEMM
 
 
 @dataclass(frozen=True)
@@ -229,10 +229,13 @@ class ComputeModel:
         return self._attention(self._att_b, batch_heads, sq, flops) if flops > 0 else 0.0
 
     def kernel(self, k) -> float:
-        """Seconds for one kernel of a layer's program (model/programs.py): a GEMM, flash attention or a
-        memory-bound op."""
+        """Seconds for one kernel of a layer's program (model/programs.py): a GEMM, a grouped GEMM, flash attention
+        or a memory-bound op."""
         if k.kind == GEMM:
             return self.gemm(*k.shape)
+        if k.kind == GROUPED_GEMM:
+            counts, n, kk, wgrad = k.shape
+            return self.grouped_gemm(counts, n, kk, wgrad=wgrad)
         if k.kind == ATTENTION:
             bh, sq, real, which = k.shape
             return self.attention_forward(bh, sq, real) if which == "forward" else \

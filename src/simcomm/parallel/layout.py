@@ -16,7 +16,7 @@ one bucket per model chunk without.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from ..errors import SimcommError
@@ -24,8 +24,9 @@ from .config import ConfigError, TrainingConfig
 from .data_parallel.sharding import Sharding, sharding
 from .dims import LayoutError, ParallelDims
 from .model.config import TransformerConfig
-from .model.flops import layer_params_per_gpu
+from .model.flops import expert_params, layer_params_per_gpu
 from .model.layer import LayerShape
+from .model.moe.balance import routing_shares
 from .pipeline_parallel.schedules import interleaved_1f1b
 from .pipeline_parallel.schedules import schedule as make_schedule
 
@@ -78,9 +79,36 @@ class Layout:
                           c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
 
     @property
+    def moe_layer_shape(self) -> LayerShape | None:
+        """An MoE layer on one GPU, one micro-batch (None for a dense model): the layer shape with the expert grid,
+        the routing the step model is given (moe_routing_skew or moe_expert_load; balanced without) and the GEMMs."""
+        m, c = self.model, self.config
+        if not m.is_moe:
+            return None
+        shares = ()
+        if c.moe_routing_skew or c.moe_expert_load is not None:
+            shares = tuple(float(x) for x in routing_shares(m.num_moe_experts, c.moe_routing_skew, c.moe_expert_load))
+        return replace(self.layer_shape, moe=True, ep=self.dims.ep, etp=self.dims.etp, routing=shares,
+                       grouped_gemm=c.moe_grouped_gemm)
+
+    def shape_of(self, layer: int) -> LayerShape:
+        return self.moe_layer_shape if self.model.moe_layers[layer] else self.layer_shape
+
+    @property
     def layer_params(self) -> float:
-        """Parameters of one decoder layer on one GPU (TP-split matrices, replicated norms)."""
+        """Parameters of one dense decoder layer on one GPU (TP-split matrices, replicated norms)."""
         return layer_params_per_gpu(self.model, self.dims.tp)
+
+    def params_of(self, layer: int) -> float:
+        """Parameters of decoder layer `layer` on one GPU (an MoE layer's experts split over EP x ETP)."""
+        if not self.model.moe_layers[layer]:
+            return self.layer_params
+        return layer_params_per_gpu(self.model, self.dims.tp, True, self.dims.ep, self.dims.etp)
+
+    def expert_params_of(self, layer: int) -> float:
+        """The routed experts' parameters of layer `layer` on one GPU (reduced over the expert-data-parallel
+        group; 0 for a dense layer)."""
+        return expert_params(self.model) / (self.dims.ep * self.dims.etp) if self.model.moe_layers[layer] else 0.0
 
     def recomputes(self, position: int) -> str | None:
         """What is recomputed before the backward of the layer at `position` within its model chunk: 'full' (its

@@ -36,13 +36,26 @@ TRACE_BUDGET = 100_000  # layer-level trace records (per-layer blocks and their 
 OPTIMIZER_MIX = Mix([1.0], [MEMORY_KERNEL])  # Adam: memory-bound
 
 
+def expert_groups(dims, stage: int) -> dict[str, np.ndarray]:
+    """The EP and ETP groups (rows of global ranks) with a rank in data-parallel replica 0 of pipeline stage
+    `stage`: where the step model runs an MoE layer's exchanges."""
+    replica = set(dims.ranks(pp=stage, dp=0).reshape(-1).tolist())
+    out = {}
+    for axis in ("ep", "etp"):
+        groups = dims.groups(axis)
+        out[axis] = groups[[bool(replica & set(g.tolist())) for g in groups]]
+    return out
+
+
 def optimizer_seconds(layout, rank: int, cm) -> float:
     """Adam over the GPU's shard at HBM rate: read master, moments and fp32 gradient, write master and moments
     (28 B/param, 24 without a master copy), cast to 16-bit parameters (6 B), the gradient norm (read the
     gradient) and zeroing the gradient buffer."""
     cfg, dims = layout.config, layout.dims
-    n = sum(stage_parameters(layout, rank).values())
-    shard = n / (dims.dp * dims.cp) if layout.sharding.optimizer_state else n
+    params = stage_parameters(layout, rank)
+    n, experts = sum(params.values()), params.get("experts", 0.0)
+    # the routed experts' optimizer state is sharded over their expert-data-parallel group
+    shard = (n - experts) / (dims.dp * dims.cp) + experts / dims.edp if layout.sharding.optimizer_state else n
     adam = (28 if cfg.param_bytes < 4 else 24) + (6 if cfg.param_bytes < 4 else 0)
     zeroed = shard if layout.sharding.gradients else n
     return cm.memory(shard * (adam + cfg.grad_bytes) + zeroed * cfg.grad_bytes, "elementwise")
@@ -74,6 +87,12 @@ class StepModel:
         L, cfg, dims = self.layout, self.cfg, self.dims
         tpls = [{name: self.templates.get(self.cm, dims.ranks(pp=r, dp=0), self.shape, cfg.act_dtype,
                                           cfg.ideal_network, name) for name in PROGRAMS} for r in range(dims.pp)]
+        if L.model.is_moe:
+            for r in range(dims.pp):
+                stage, experts = dims.ranks(pp=r, dp=0), expert_groups(dims, r)
+                tpls[r].update({"moe_" + name: self.templates.get(self.cm, stage, L.moe_layer_shape, cfg.act_dtype,
+                                                                  cfg.ideal_network, name, experts)
+                                for name in PROGRAMS if name.startswith("layer.")})
         self.passes = {(r, c, ph): build_pass(L, r, c, ph, tpls[r]) for r in range(dims.pp)
                        for c in range(L.chunks) for ph in "FB"}
         return self.passes

@@ -41,15 +41,18 @@ class Pass:
 def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]) -> Pass:
     """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` from templates `t` (keys
     layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
-    output.forward/backward)."""
-    per_layer = layout.layer_params
+    output.forward/backward; an MoE layer's the same prefixed moe_)."""
     params = stage_parameters(layout, rank)
+    moe = layout.model.moe_layers
+
+    def tpl(i: int, name: str) -> Template:
+        return t[("moe_" if moe[i] else "") + name]
     layers = layout.layers_of(rank, chunk)
     seq: list[tuple[int, Template, str, float]] = []
     if phase == "F":
         if layout.has_embedding(rank, chunk):
             seq.append((-1, t["embedding.forward"], "forward", 0.0))
-        seq += [(i, t["layer.forward"], "forward", 0.0) for i in layers]
+        seq += [(i, tpl(i, "layer.forward"), "forward", 0.0) for i in layers]
         if layout.has_output(rank, chunk):
             seq.append((-2, t["output.forward"], "forward", 0.0))
     else:
@@ -57,19 +60,19 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
             seq.append((-2, t["output.backward"], "backward", params["output"]))
         for pos in reversed(range(len(layers))):
             rerun = layout.recomputes(pos)
+            i = layers[pos]
             if rerun:
-                seq.append((layers[pos], t["layer.recompute" if rerun == "full" else "layer.selective"], "recompute",
-                            0.0))
-            seq.append((layers[pos], t["layer.backward"], "backward", per_layer))
+                seq.append((i, tpl(i, "layer.recompute" if rerun == "full" else "layer.selective"), "recompute", 0.0))
+            seq.append((i, tpl(i, "layer.backward"), "backward", layout.params_of(i)))
         if layout.has_embedding(rank, chunk):
             seq.append((-1, t["embedding.backward"], "backward", params["embedding"]))
     parts, at = [], 0.0
-    breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "interference")}
-    for layer, tpl, ph, p in seq:
-        parts.append(Part(layer, tpl, ph, p, at))
-        at += tpl.duration
-        breakdown[ph] += tpl.compute
-        for axis, v in tpl.exposed.items():
-            breakdown[axis] += v
-        breakdown["interference"] += tpl.interference
+    breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "ep", "interference")}
+    for layer, template, ph, p in seq:
+        parts.append(Part(layer, template, ph, p, at))
+        at += template.duration
+        breakdown[ph] += template.compute
+        for axis, v in template.exposed.items():
+            breakdown["ep" if axis == "etp" else axis] += v  # the experts' exchanges, over EP or ETP
+        breakdown["interference"] += template.interference
     return Pass(tuple(parts), at, breakdown)

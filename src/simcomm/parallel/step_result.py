@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 from ..units import format_size
 
-CATEGORIES = ("forward", "backward", "recompute", "tp", "cp", "pp", "dp", "optimizer", "bubble", "interference")
+CATEGORIES = ("forward", "backward", "recompute", "tp", "cp", "ep", "pp", "dp", "optimizer", "bubble",
+              "interference")
 LABELS = {"forward": "forward", "backward": "backward", "recompute": "recompute", "tp": "exposed TP comm",
-          "cp": "exposed CP comm", "pp": "exposed PP comm", "dp": "exposed DP comm", "optimizer": "optimizer",
+          "cp": "exposed CP comm", "ep": "exposed EP comm (MoE dispatch/combine)", "pp": "exposed PP comm", "dp": "exposed DP comm", "optimizer": "optimizer",
           "bubble": "pipeline bubble", "interference": "compute/comm interference"}
 
 
@@ -46,7 +47,9 @@ class StepResult:
 
     @property
     def categories(self) -> tuple[str, ...]:
-        return CATEGORIES if self.interference else CATEGORIES[:-1]
+        """The breakdown's categories: ep only for a mixture of experts, interference only where modelled."""
+        moe = getattr(getattr(self.layout, "model", None), "is_moe", False)
+        return tuple(k for k in CATEGORIES if (k != "ep" or moe) and (k != "interference" or self.interference))
 
     @property
     def breakdown(self) -> dict[str, float]:
