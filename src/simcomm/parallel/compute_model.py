@@ -61,6 +61,7 @@ class GpuFigures:
 H100 = GpuFigures("H100 SXM", H100_BF16_PEAK, 1979e12, H100_SMS, 794.5e12, 1402.6e12, "H100")
 GPUS: dict[str, GpuFigures] = {
     "H100-SXM5-80GB": H100,
+    "H800-SXM5-80GB": H100,  # the same GH100 part (only its NVLink is cut)
     "H200-SXM-141GB": GpuFigures("H200 SXM", H100_BF16_PEAK, 1979e12, 132, 794.5e12, 1453.4e12, "H200"),
     "A100-SXM4-80GB": GpuFigures("A100 SXM", 312e12, 0.0, 108, 271.2e12, 0.0),
     # A100 PCIe: the SXM part's tensor cores at a lower power limit; no MAMF figure, the SXM one is used.
@@ -275,5 +276,6 @@ def _figures(device) -> tuple[GpuFigures, str]:
 
 @lru_cache(maxsize=None)
 def _preset_rate(device_name: str) -> float:
-    from ..hardware.presets import A100_PCIE, A100_SXM, H100_SXM, H200_SXM
-    return {d.name: d.compute_rate for d in (A100_PCIE, A100_SXM, H100_SXM, H200_SXM)}.get(device_name, 0.0)
+    from ..hardware.presets import A100_PCIE, A100_SXM, H100_SXM, H200_SXM, H800_SXM
+    return {d.name: d.compute_rate for d in (A100_PCIE, A100_SXM, H100_SXM, H200_SXM, H800_SXM)}.get(device_name,
+                                                                                                      0.0)

@@ -72,8 +72,6 @@ class TrainingConfig:
                                              "Megatron's default is allgather)",
                                              choices=("alltoall", "allgather", "flex"))
     moe_grouped_gemm: bool = setting(False, "one grouped GEMM for a rank's experts (else one GEMM per expert)")
-    moe_shared_expert_overlap: bool = setting(False, "the shared expert runs beside the dispatch and combine "
-                                              "all-to-alls")
     moe_routing_skew: float = setting(0.0, "the step model's routing: expert i receives a share proportional to "
                                       "(i + 1)^-skew (0: perfectly balanced)", lo=0.0, hi=100.0)
     moe_expert_load: tuple[float, ...] | None = setting(None, "the step model's routing: relative tokens per expert "

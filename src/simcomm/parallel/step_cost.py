@@ -23,6 +23,7 @@ from ..errors import SimcommError
 from ..session import Session
 from .compute_model import ComputeModel
 from .data_parallel.timing import data_parallel_timing
+from .expert_parallel.step_report import moe_breakdown
 from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
@@ -192,7 +193,8 @@ class StepModel:
                                    f"{step_time} s")
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
-                          dict(traffic.stats), per_stage, list(ends), traffic.s.sim.interference, traffic.s.sim)
+                          dict(traffic.stats), per_stage, list(ends), traffic.s.sim.interference, traffic.s.sim,
+                          moe_breakdown(self) if L.model.is_moe else {})
 
 
 class _StepEnd:

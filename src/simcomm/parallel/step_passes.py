@@ -25,6 +25,7 @@ class Part:
     phase: str  # forward | backward | recompute
     params: float  # parameters whose gradients this part produces (backward parts only)
     offset: float  # start within the pass
+    expert_params: float = 0.0  # of which routed experts' (reduced over the expert-data-parallel group)
 
 
 @dataclass
@@ -48,7 +49,7 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
     def tpl(i: int, name: str) -> Template:
         return t[("moe_" if moe[i] else "") + name]
     layers = layout.layers_of(rank, chunk)
-    seq: list[tuple[int, Template, str, float]] = []
+    seq: list[tuple[int, Template, str, float]] = []  # (layer, template, phase, parameters)
     if phase == "F":
         if layout.has_embedding(rank, chunk):
             seq.append((-1, t["embedding.forward"], "forward", 0.0))
@@ -69,7 +70,8 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
     parts, at = [], 0.0
     breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "ep", "interference")}
     for layer, template, ph, p in seq:
-        parts.append(Part(layer, template, ph, p, at))
+        experts = layout.expert_params_of(layer) if layer >= 0 and ph == "backward" else 0.0
+        parts.append(Part(layer, template, ph, p, at, experts))
         at += template.duration
         breakdown[ph] += template.compute
         for axis, v in template.exposed.items():

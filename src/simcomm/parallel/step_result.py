@@ -44,6 +44,7 @@ class StepResult:
     finish: list = field(default_factory=list)  # per stage: when its last work (the optimizer, gathers) ended
     interference: bool = False  # compute and communication shared the GPUs (the breakdown lists its cost)
     simulation: object = field(default=None, repr=False, compare=False)  # the engine it ran on (its records)
+    moe: dict = field(default_factory=dict)  # MoE models: router, experts, dispatch/combine, imbalance
 
     @property
     def categories(self) -> tuple[str, ...]:
@@ -96,6 +97,7 @@ class StepResult:
                        "worst_stage": worst.rank, "categories": dict(worst.categories),
                        "per_stage": [m.as_dict() for m in self.memory]},
             "passes": self.passes, "traffic": self.traffic, "notes": list(self.notes),
+            **({"moe": self.moe} if self.moe else {}),
         }
 
     def summary_rows(self) -> list[tuple]:

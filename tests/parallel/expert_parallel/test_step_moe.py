@@ -98,3 +98,33 @@ def test_expert_memory_is_sharded_by_ep():
     m8 = StepModel(eight, build_cluster("hgx-h100", nodes=2), check_memory=False).memory()[0]
     assert m8.details["parameters_detail"]["experts"] == pytest.approx(m1.details["parameters_detail"]["experts"] / 8)
     assert m8.categories["weights"] < m1.categories["weights"]
+
+
+@pytest.mark.parametrize("name,gflop", [("mixtral-8x7b", 79.7), ("mixtral-8x22b", 242.2), ("qwen3-30b-a3b", 23.0),
+                                        ("deepseek-v3", 249.8)])
+def test_megatron_flops_per_token_match_the_reference(name, gflop):
+    """shared/reference/moe.md section 4: Megatron's count (causal core attention) at s = 4096, GFLOP per token."""
+    assert megatron_flops_per_token(model_preset(name), causal=True) / 1e9 == pytest.approx(gflop, abs=0.05)
+
+
+@pytest.mark.parametrize("name,total", [("mixtral-8x7b", 46.7), ("mixtral-8x22b", 140.6), ("qwen3-30b-a3b", 30.5),
+                                        ("deepseek-v3", 671.0)])
+def test_total_parameters_of_the_presets(name, total):
+    """moe.md section 5 (DeepSeek-V3 without its 14B multi-token-prediction module)."""
+    c = model_preset(name)
+    assert parameter_count(c) / 1e9 == pytest.approx(total, abs=0.1)
+
+
+def test_expert_gradients_are_reduced_over_the_expert_data_parallel_group():
+    """Mixtral, EP 8 x PP 4 on 64 GPUs: attention's data parallel is 16 ranks, the experts' 2 -- their gradient
+    collectives run on groups of 2 ranks that hold the same experts."""
+    lay = layout(world=64, pipeline_model_parallel_size=4, expert_model_parallel_size=8, use_distributed_optimizer=True,
+                 global_batch_size=64, model=model_preset("mixtral-8x7b", num_layers=8))
+    r = StepModel(lay, build_cluster("hgx-h100", nodes=8)).run()
+    ranks = {}
+    for a in r.simulation.recorder.activities():
+        if a.kind == "collective" and a.tags.get("phase") == "grad_reduce" and a.tags.get("bucket") == 0 and \
+                a.tags.get("stage") == 0:
+            ranks.setdefault(a.tags["axis"], set()).add(a.rank)
+    assert ranks == {"dp": set(lay.dims.group_of(0, "dp").tolist()), "edp": set(lay.dims.group_of(0, "edp").tolist())}
+    assert len(ranks["dp"]) == 16 and len(ranks["edp"]) == 2
