@@ -25,8 +25,8 @@ from . import layers as L
 from .config import ModelConfigError, TransformerConfig
 from .moe.balance import routed_counts
 from .moe.experts import shared_expert_backward, shared_expert_forward
-from .moe.layer import (FC1, FC2, ROUTER, SHARED_FC1, SHARED_FC2, SHARED_GATE, LocalExperts, moe_backward, moe_forward,
-                        moe_param_shapes)
+from .moe.layer import (FC1, FC2, ROUTER, SHARED_FC1, SHARED_FC2, SHARED_GATE, LocalExperts, activation_kernel,
+                        moe_backward, moe_forward, moe_param_shapes)
 from .tensor import Meta, concat, is_meta, value
 
 
@@ -586,14 +586,14 @@ class _TensorParallelShared:
     input kept split and gathered again for the backward, as Megatron does. The identity mappings on one rank."""
 
     def __init__(self, ctx: ChunkContext, params: dict):
-        self.tp, self.moe, self.fl, self.charge, self.p = ctx.tp, ctx.config, ctx.fl, ctx.charge, params
+        self.tp, self.moe, self.fl, self.charge, self.p = ctx.tp, ctx.config, ctx.fl, ctx.charge_moe, params
 
     def forward(self, x2):
         p = self.p
         m_in, kept = self.tp.column_in(x2)
         y, (c, gated) = shared_expert_forward(m_in, p[SHARED_FC1], p[SHARED_FC2], self.moe.swiglu, p.get(SHARED_GATE),
                                               self.fl)
-        for name in ("shared_expert.fc1", "shared_expert.activation", "shared_expert.fc2") + \
+        for name in ("shared_expert.fc1", activation_kernel("shared_expert", self.moe), "shared_expert.fc2") + \
                 (("shared_expert.gate",) if gated else ()):
             self.charge(name)
         # the gathered input is not kept (gathered again in the backward)
@@ -611,9 +611,10 @@ class _TensorParallelShared:
         dm_in = shared_expert_backward(dy, (c, gated), p[SHARED_FC1], p[SHARED_FC2], grads[SHARED_FC1],
                                        grads[SHARED_FC2], self.moe.swiglu, p.get(SHARED_GATE), grads.get(SHARED_GATE),
                                        self.fl)
-        for name in ("shared_expert.fc2.dgrad", "shared_expert.fc2.wgrad", "shared_expert.activation.backward",
+        for name in ("shared_expert.fc2.dgrad", "shared_expert.fc2.wgrad",
+                     activation_kernel("shared_expert", self.moe) + ".backward",
                      "shared_expert.fc1.dgrad", "shared_expert.fc1.wgrad") + \
-                (("shared_expert.gate.backward",) if gated else ()):
+                (("shared_expert.gate.dgrad", "shared_expert.gate.wgrad") if gated else ()):
             self.charge(name)
         return self.tp.column_in_backward(dm_in)
 

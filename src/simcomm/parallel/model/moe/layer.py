@@ -88,6 +88,11 @@ def _no_charge(name: str, counts=None) -> None:
     pass
 
 
+def activation_kernel(prefix: str, moe) -> str:
+    """The activation's kernel name, as the layer's programs list it (model/programs.py)."""
+    return f"{prefix}.{'swiglu' if moe.swiglu else 'gelu'}"
+
+
 @dataclass
 class MoESaved:
     """What one MoE forward keeps for its backward, and what it tells the caller."""
@@ -128,7 +133,7 @@ def moe_forward(x, params, moe, expert_bias=None, fl: Flops | None = None, route
     charge("moe.permute")
     rows, probs, counts, exchange = experts.dispatch(rows, permute_probs(routing.probs, perm), perm.tokens_per_expert)
     out, experts_cache = experts_forward(rows, counts, probs, params[FC1], params[FC2], moe.swiglu, fl)
-    for name in ("moe.fc1", "moe.activation", "moe.fc2"):
+    for name in ("moe.fc1", activation_kernel("moe", moe), "moe.fc2"):
         charge(name, counts)
     y = unpermute(experts.combine(out, exchange), perm)
     charge("moe.unpermute")
@@ -152,7 +157,8 @@ def moe_backward(dy, saved: MoESaved, params, grads, moe, fl: Flops | None = Non
     charge("moe.unpermute.backward")
     drows, drow_probs = experts_backward(drows, saved.experts, params[FC1], params[FC2], grads[FC1], grads[FC2],
                                          moe.swiglu, fl)
-    for name in ("moe.fc2.dgrad", "moe.fc2.wgrad", "moe.activation.backward", "moe.fc1.dgrad", "moe.fc1.wgrad"):
+    for name in ("moe.fc2.dgrad", "moe.fc2.wgrad", activation_kernel("moe", moe) + ".backward", "moe.fc1.dgrad",
+                 "moe.fc1.wgrad"):
         charge(name, saved.local_tokens)
     drows, drow_probs = experts.dispatch_backward(drows, drow_probs, saved.exchange)
     dx = unpermute(drows, perm)

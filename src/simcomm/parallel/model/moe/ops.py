@@ -104,11 +104,16 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
         ops.append(TokenExchange("moe.dispatch", "ep", "all_to_all", sum(sent), sent))
     if etp > 1:
         ops.append(TokenExchange("moe.dispatch.etp", "etp", "all_gather", float(R * h * e)))
+    sorts = E // ep > 1 and ep * etp > 1  # rows arrive by source rank: sorted by local expert (and back)
+    if sorts:
+        ops.append(Pointwise("moe.sort", 2 * R * h * e, 2 * R * h * e))
     act = "swiglu" if c.swiglu else "gelu"
     ops += [GroupedLinear("moe.fc1", r.local_counts, up, h, shape.grouped_gemm, saves=(("moe_fc1_input", R * h * e),)),
             Pointwise(f"moe.{act}", R * (up + f) * e, R * (2 * up + f) * e, saves=(("moe_activation_input",
                                                                                    R * up * e),)),
             GroupedLinear("moe.fc2", r.local_counts, h, f, shape.grouped_gemm, saves=(("moe_fc2_input", R * f * e),))]
+    if sorts:
+        ops.append(Pointwise("moe.unsort", 2 * R * h * e, 2 * R * h * e))
     if etp > 1:
         ops.append(TokenExchange("moe.combine.etp", "etp", "reduce_scatter", float(R * h * e)))
     if ep > 1:
