@@ -36,6 +36,7 @@ def _space(args):
     from ..parallel.search import SearchSpace
     default = SearchSpace()
     given = {"tp": _ints(args.tp), "pp": _ints(args.pp), "cp": _ints(args.cp), "micro_batch_size": _ints(args.mbs),
+             "ep": _ints(args.ep), "etp": _ints(args.etp),
              "zero": _ints(args.zero),
              "schedules": _choices(args.schedules, {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved":
                                                     "interleaved_1f1b", "interleaved_1f1b": "interleaved_1f1b"},
@@ -133,6 +134,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-simulate", type=int, default=64, help="and at most this many (default 64)")
     p.add_argument("--tp", help="tensor-parallel sizes to try, e.g. 4,8 (default: divisors of a node's GPUs)")
     p.add_argument("--pp", help="pipeline sizes (default: every divisor that fits)")
+    p.add_argument("--ep", help="expert-parallel sizes, MoE models (default: every divisor of the experts that "
+                   "divides a stage's GPUs)")
+    p.add_argument("--etp", help="expert tensor-parallel sizes, MoE models (default: 1 and tp)")
     p.add_argument("--cp", help="context-parallel sizes (default: every divisor of the GPUs left that splits the "
                                 "sequence into 2 x cp chunks divisible by tp)")
     p.add_argument("--mbs", help="micro-batch sizes (default 1,2,4)")
