@@ -128,3 +128,18 @@ def test_expert_gradients_are_reduced_over_the_expert_data_parallel_group():
             ranks.setdefault(a.tags["axis"], set()).add(a.rank)
     assert ranks == {"dp": set(lay.dims.group_of(0, "dp").tolist()), "edp": set(lay.dims.group_of(0, "edp").tolist())}
     assert len(ranks["dp"]) == 16 and len(ranks["edp"]) == 2
+
+
+def test_the_step_json_breaks_out_router_experts_exchanges_and_imbalance():
+    balanced, skewed = _step().as_dict()["moe"], _step(1.0).as_dict()["moe"]
+    for m in (balanced, skewed):
+        mean = m["mean"]
+        assert mean["router"] > 0 and mean["expert_compute"] > mean["router"]
+        assert mean["dispatch_combine"] >= mean["dispatch_combine_exposed"] > 0
+        assert mean["dispatch_combine_hidden"] == pytest.approx(mean["dispatch_combine"] -
+                                                                mean["dispatch_combine_exposed"])
+        assert m["expert_model_parallel_size"] == 8 and m["expert_data_parallel_size"] == 2
+    assert balanced["mean"]["imbalance"] == 0 and balanced["routing"] == "balanced"
+    assert skewed["mean"]["imbalance"] > 0 and len(skewed["routing"]) == 8
+    # the busiest rank's experts: the skewed router's hottest expert computes more
+    assert skewed["busiest_rank_expert_flops_per_microbatch"] > balanced["busiest_rank_expert_flops_per_microbatch"]

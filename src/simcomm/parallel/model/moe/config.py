@@ -1,8 +1,7 @@
 """The mixture-of-experts settings, with Megatron-Core's names, defaults and checks, and which layers are MoE.
 
-`MoEFields` are the MoE fields of a TransformerConfig (Megatron-Core: num_moe_experts, moe_router_topk, ...);
-`MoEConfig` is those fields alone plus `swiglu` (simcomm's name for Megatron's gated_linear_unit with SiLU), so a
-model config can be passed wherever a MoEConfig is; `check_moe` is the one set of rules for both.
+`MoEFields` are the MoE fields of a TransformerConfig (Megatron-Core: num_moe_experts, moe_router_topk, ...): an
+MoE layer reads them, and the model's `swiglu`, from the model config; `check_moe` is their rules.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ Z_LOSS = "z_loss"
 @dataclass(frozen=True, kw_only=True)
 class MoEFields:
     """The MoE fields of a model config, Megatron-Core's names and defaults (shared/reference/moe.md section 1):
-    the TransformerConfig has them (num_moe_experts None: a dense model), and MoEConfig is them alone."""
+    the TransformerConfig has them (num_moe_experts None: a dense model)."""
 
     num_moe_experts: int | None = None
     moe_ffn_hidden_size: int | None = None  # None: the model's ffn_hidden_size
@@ -58,17 +57,6 @@ def normalise_moe(c) -> None:
     object.__setattr__(c, "moe_layer_freq", parse_moe_layer_freq(c.moe_layer_freq))
 
 
-@dataclass(frozen=True, kw_only=True)
-class MoEConfig(MoEFields):
-    """One MoE layer's settings alone (what an MoE layer reads of a TransformerConfig)."""
-
-    swiglu: bool = False  # Megatron's gated_linear_unit (with activation_func=silu); else the GELU MLP
-
-    def __post_init__(self):
-        normalise_moe(self)
-        check_moe(self)
-
-
 def _whole(name: str, v, minimum: int = 1) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         raise ModelConfigError(f"{name} must be a whole number >= {minimum}, got {v!r}", name)
@@ -81,7 +69,7 @@ def _number(name: str, v, positive: bool = False) -> None:
 
 
 def check_moe(c) -> None:
-    """Megatron-Core's rules for the MoE fields of `c` (a MoEConfig, or a model config with the same fields)."""
+    """Megatron-Core's rules for the MoE fields of `c` (a TransformerConfig with num_moe_experts set)."""
     E, k = c.num_moe_experts, c.moe_router_topk
     _whole("num_moe_experts", E)
     _whole("moe_ffn_hidden_size", c.moe_ffn_hidden_size)
