@@ -5,7 +5,8 @@ from simcomm.hardware import (PRESETS, Cluster, HardwareError, build_cluster, bu
 from simcomm.hardware.fabrics import fat_tree, rail_optimised, single_switch
 from simcomm.hardware.presets import cpu_host, hgx_h100
 
-RANKS = {"dgx-a100": 8, "hgx-h100": 8, "hgx-h200": 8, "hgx-h800": 8, "aws-p5": 8, "aws-p4de": 8, "pcie-4gpu": 4, "cpu-host": 4}
+RANKS = {"dgx-a100": 8, "hgx-h100": 8, "hgx-h200": 8, "hgx-h800": 8, "aws-p5": 8, "aws-p4de": 8, "pcie-4gpu": 4,
+         "cpu-host": 4}
 DESCRIBE_KEYS = {"name", "template", "description", "nodes", "ranks_per_node", "ranks", "device", "device_kind",
                  "memory_bandwidth", "memory_capacity", "compute_rate", "intra_node", "inter_node", "nvls", "links",
                  "sources"}

@@ -9,7 +9,8 @@ Passes, all deterministic (the result does not depend on the number of workers):
    dp = GPUs / (tp cp pp) divides the batch with the micro-batch; schedules 1F1B, GPipe and interleaved 1F1B with
    every v that divides the stage's layers; ZeRO stages 0-3 (1-3 need dp x cp > 1; 3 only without pipeline
    parallelism, as DeepSpeed and Megatron-LM; not with experts). MoE models: ep every divisor of the experts that
-   divides a stage's GPUs, etp 1 or tp (the expert grid folded onto the stage). Sequence parallelism is on whenever tp > 1 (same traffic as
+   divides a stage's GPUs, etp 1 or tp (the expert grid folded onto the stage). Sequence parallelism is on
+   whenever tp > 1 (same traffic as
    all-reduce, less memory); gradient reduction overlaps the backward, and with ZeRO 1-2 parameter gathers overlap
    the forward.
 2. screen, every layout: peak memory per GPU (model/memory.py) and, for the ones that fit, a compute bound of the
@@ -186,7 +187,8 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
 def _kernel_seconds(sim: StepModel, rank: int, chunk: int, phase: str) -> float:
     """A pass's kernels' seconds (no communication), by what they depend on: shared by many layouts."""
     L, cfg = sim.layout, sim.cfg
-    key = (sim.shape, L.moe_layer_shape, sim.cm.key, phase, tuple(L.model.moe_layers[i] for i in L.layers_of(rank, chunk)),
+    moe = tuple(L.model.moe_layers[i] for i in L.layers_of(rank, chunk))
+    key = (sim.shape, L.moe_layer_shape, sim.cm.key, phase, moe,
            L.has_embedding(rank, chunk), L.has_output(rank, chunk), cfg.recompute_granularity, cfg.recompute_method,
            cfg.recompute_num_layers)
     if key not in _STATE["seconds"]:

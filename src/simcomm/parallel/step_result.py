@@ -21,7 +21,8 @@ from ..units import format_size
 CATEGORIES = ("forward", "backward", "recompute", "tp", "cp", "ep", "pp", "dp", "optimizer", "bubble",
               "interference")
 LABELS = {"forward": "forward", "backward": "backward", "recompute": "recompute", "tp": "exposed TP comm",
-          "cp": "exposed CP comm", "ep": "exposed EP comm (MoE dispatch/combine)", "pp": "exposed PP comm", "dp": "exposed DP comm", "optimizer": "optimizer",
+          "cp": "exposed CP comm", "ep": "exposed EP comm (MoE dispatch/combine)", "pp": "exposed PP comm",
+          "dp": "exposed DP comm", "optimizer": "optimizer",
           "bubble": "pipeline bubble", "interference": "compute/comm interference"}
 
 

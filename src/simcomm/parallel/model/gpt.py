@@ -36,8 +36,9 @@ class ParamSpec:
     """A parameter's full shape and how tensor parallelism splits it.
 
     split: None (replicated on every TP rank), "column" (last axis), "row" (the input axis: first of a matrix, second
-    of an expert's stacked [E, in, out]) or "vocab" (first axis of an embedding table). sequence_parallel: replicated, but under sequence parallelism each TP rank computes only
-    its share of the gradient (LayerNorms and row-parallel biases: Megatron all-reduces them over TP).
+    of an expert's stacked [E, in, out]) or "vocab" (first axis of an embedding table). sequence_parallel:
+    replicated, but under sequence parallelism each TP rank computes only its share of the gradient (LayerNorms
+    and row-parallel biases: Megatron all-reduces them over TP).
     """
 
     shape: tuple[int, ...]
