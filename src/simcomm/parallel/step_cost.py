@@ -23,7 +23,7 @@ from ..errors import SimcommError
 from ..session import Session
 from .compute_model import ComputeModel
 from .data_parallel.timing import data_parallel_timing
-from .expert_parallel.step_report import moe_breakdown
+from .expert_parallel.step_report import expert_groups, moe_breakdown
 from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
@@ -35,17 +35,6 @@ from .step_traffic import Traffic
 
 TRACE_BUDGET = 100_000  # layer-level trace records (per-layer blocks and their TP/CP transfers) at most
 OPTIMIZER_MIX = Mix([1.0], [MEMORY_KERNEL])  # Adam: memory-bound
-
-
-def expert_groups(dims, stage: int) -> dict[str, np.ndarray]:
-    """The EP and ETP groups (rows of global ranks) with a rank in data-parallel replica 0 of pipeline stage
-    `stage`: where the step model runs an MoE layer's exchanges."""
-    replica = set(dims.ranks(pp=stage, dp=0).reshape(-1).tolist())
-    out = {}
-    for axis in ("ep", "etp"):
-        groups = dims.groups(axis)
-        out[axis] = groups[[bool(replica & set(g.tolist())) for g in groups]]
-    return out
 
 
 def optimizer_seconds(layout, rank: int, cm) -> float:

@@ -7,11 +7,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from ..model import programs
 
 ROUTER = ("router",)
 EXPERTS = ("moe.fc1", "moe.fc2", "moe.gelu", "moe.swiglu")
 EXCHANGE_AXES = ("ep", "etp")
+
+
+def expert_groups(dims, stage: int) -> dict[str, np.ndarray]:
+    """The EP and ETP groups (rows of global ranks) with a rank in data-parallel replica 0 of pipeline stage
+    `stage`: where the step model runs an MoE layer's exchanges."""
+    replica = set(dims.ranks(pp=stage, dp=0).reshape(-1).tolist())
+    out = {}
+    for axis in ("ep", "etp"):
+        groups = dims.groups(axis)
+        out[axis] = groups[[bool(replica & set(g.tolist())) for g in groups]]
+    return out
 
 
 def _template_costs(tpl) -> dict[str, float]:
@@ -31,7 +44,6 @@ def _template_costs(tpl) -> dict[str, float]:
 def _per_layer(model, stage: int, shape) -> dict[str, float]:
     """One MoE layer's forward and backward (and recomputed forward) costs on pipeline stage `stage`."""
     cfg, dims = model.cfg, model.dims
-    from ..step_cost import expert_groups
     experts = expert_groups(dims, stage)
     total: dict[str, float] = {}
     names = ["layer.forward", "layer.backward"] + (["layer.recompute"] if cfg.recompute_granularity == "full" else [])
@@ -68,4 +80,4 @@ def moe_breakdown(model) -> dict:
             "expert_data_parallel_size": layout.dims.edp}
 
 
-__all__ = ["moe_breakdown"]
+__all__ = ["expert_groups", "moe_breakdown"]
