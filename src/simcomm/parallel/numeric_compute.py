@@ -43,8 +43,7 @@ class KernelCharges:
             self.moe_kernels = {k.name.split("[")[0]: k for program in (programs.layer_forward, programs.layer_backward)
                                 for step in program(moe) for k in step.compute}
             # the rows the programs' expert kernels were sized for (the busiest EP rank's)
-            self.moe_rows = expert_routing(moe.sp_tokens, model.moe_router_topk, model.num_moe_experts, moe.ep, moe.etp,
-                                           moe.routing).received
+            self.moe_rows = expert_routing(moe.sp_tokens, model, moe.ep, moe.etp, moe.routing).received
         self.pending = 0.0
 
     def charge(self, name: str, share: float = 1.0) -> None:

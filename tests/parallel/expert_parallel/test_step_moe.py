@@ -34,7 +34,7 @@ def test_all_to_all_bytes_per_moe_layer_equal_the_formula(skew):
     shape = lay.moe_layer_shape
     c, ep = lay.model, 8
     tokens = shape.sp_tokens  # 4096 tokens of one micro-batch, no TP or CP
-    routed = np.asarray(expert_routing(tokens, 2, 8, ep, 1, shape.routing).routed)
+    routed = np.asarray(expert_routing(tokens, c, ep, 1, shape.routing).routed)
     assert routed.sum() == tokens * c.moe_router_topk
     per_rank = routed.reshape(ep, -1).sum(axis=1) * c.hidden_size * 2
     forward = comms(programs.layer_forward(shape), "ep")
@@ -143,3 +143,15 @@ def test_the_step_json_breaks_out_router_experts_exchanges_and_imbalance():
     assert skewed["mean"]["imbalance"] > 0 and len(skewed["routing"]) == 8
     # the busiest rank's experts: the skewed router's hottest expert computes more
     assert skewed["busiest_rank_expert_flops_per_microbatch"] > balanced["busiest_rank_expert_flops_per_microbatch"]
+
+
+def test_capacity_caps_the_rows_an_expert_computes():
+    """moe_expert_capacity_factor: each expert keeps at most ceil(T k / E x factor) rows (padded to it with
+    moe_pad_expert_input_to_capacity), so a skewed router's busiest expert computes at most that."""
+    capped = MIXTRAL.with_overrides(moe_expert_capacity_factor=1.0)
+    padded = capped.with_overrides(moe_pad_expert_input_to_capacity=True)
+    skew = tuple(float(x) for x in np.arange(8, 0, -1))
+    cap = int(np.ceil(4096 * 2 / 8 * 1.0))
+    assert max(expert_routing(4096, capped, 8, 1, skew).routed) == cap
+    assert expert_routing(4096, padded, 8, 1, ()).routed == (cap,) * 8
+    assert max(expert_routing(4096, MIXTRAL, 8, 1, skew).routed) > cap

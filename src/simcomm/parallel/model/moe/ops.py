@@ -22,6 +22,7 @@ import numpy as np
 
 from .balance import routed_counts, routing_shares
 from .dispatch import splits_by_rank
+from .router import expert_rows
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,12 @@ class ExpertRouting:
 
 
 @lru_cache(maxsize=1024)
-def expert_routing(tokens: int, topk: int, num_experts: int, ep: int, etp: int, shares: tuple = ()) -> ExpertRouting:
-    """The routing of `tokens` tokens on every GPU of an EP group (see the module docstring)."""
+def expert_routing(tokens: int, model, ep: int, etp: int, shares: tuple = ()) -> ExpertRouting:
+    """The routing of `tokens` tokens on every GPU of an EP group (see the module docstring); with
+    moe_expert_capacity_factor each expert keeps at most its capacity (or is padded to it), as the router does."""
+    num_experts = model.num_moe_experts
     weights = np.asarray(shares, np.float64) if shares else routing_shares(num_experts)
-    routed = routed_counts(tokens, topk, weights)
+    routed = expert_rows(routed_counts(tokens, model.moe_router_topk, weights), tokens, model)[0]
     to_rank = splits_by_rank(routed, ep)
     busiest = int(np.argmax(to_rank))
     local = num_experts // ep
@@ -94,7 +97,7 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
     Ts, T, E, k = shape.sp_tokens, shape.tokens, c.num_moe_experts, c.moe_router_topk
     f = c.moe_ffn_hidden_size // etp
     up = 2 * f if c.swiglu else f
-    r = expert_routing(Ts, k, E, ep, etp, shape.routing)
+    r = expert_routing(Ts, c, ep, etp, shape.routing)
     rows, R = Ts * k, r.received
     sent = tuple(float(n * h * e) for n in r.to_rank)
     ops = [Linear("router", Ts, E, h, "none", "router", (("router_input", Ts * h * e),)),
