@@ -26,7 +26,8 @@ def test_step_cases_are_the_scenarios_they_name():
     from simcomm.workloads.training import config_of
     from simcomm.parallel import TrainingConfig
     files = {"step-gpt3-175b-1024": "gpt3-175b-a100-1024", "step-llama3-405b-16384": "llama3-405b-h100-16384",
-             "plan-llama3-70b-1024": "llama3-70b-h100-1024", "plan-llama3-405b-16384": "llama3-405b-h100-16384"}
+             "plan-llama3-70b-1024": "llama3-70b-h100-1024", "plan-llama3-405b-16384": "llama3-405b-h100-16384",
+             "step-mixtral-8x7b-64": "mixtral-8x7b-h100-64", "step-deepseek-v3-2048": "deepseek-v3-h800-2048"}
     root = Path(__file__).resolve().parents[1] / "scenarios"
     for case, name in files.items():
         preset, nodes, model, settings = bench.STEP_CASES[case]

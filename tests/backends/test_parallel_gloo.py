@@ -69,3 +69,15 @@ def test_gpt_zero3_cp_interleaved_on_real_gloo_are_bitwise_equal():
         assert cp["params"] and interleaved["shards"]
     # ranks 2 and 3 hold the last virtual stage (pp is the outermost axis), so they report the loss
     assert [r[2]["loss"][0] is not None for r in result.real] == [False, False, True, True]
+
+
+def test_gpt_expert_parallel_on_real_gloo_are_bitwise_equal():
+    """Mixture-of-experts layers: dispatch and combine are all_to_all_single with the real (uneven) splits."""
+    moe = MODEL.with_overrides(add_bias_linear=False, num_moe_experts=4, moe_ffn_hidden_size=8,
+                               moe_aux_loss_coeff=1e-2)
+    configs = [layout(model=moe, expert_model_parallel_size=4, micro_batch_size=1),
+               layout(model=moe, tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=2,
+                      zero_stage=1)]
+    result = compare(gpt_layouts, (configs,), nprocs=4, timeout=240)
+    assert result.equal, str(result)
+    assert all(r["params"] for r in result.simulated[0])

@@ -5,7 +5,8 @@ from simcomm.hardware import (PRESETS, Cluster, HardwareError, build_cluster, bu
 from simcomm.hardware.fabrics import fat_tree, rail_optimised, single_switch
 from simcomm.hardware.presets import cpu_host, hgx_h100
 
-RANKS = {"dgx-a100": 8, "hgx-h100": 8, "hgx-h200": 8, "aws-p5": 8, "aws-p4de": 8, "pcie-4gpu": 4, "cpu-host": 4}
+RANKS = {"dgx-a100": 8, "hgx-h100": 8, "hgx-h200": 8, "hgx-h800": 8, "aws-p5": 8, "aws-p4de": 8, "pcie-4gpu": 4,
+         "cpu-host": 4}
 DESCRIBE_KEYS = {"name", "template", "description", "nodes", "ranks_per_node", "ranks", "device", "device_kind",
                  "memory_bandwidth", "memory_capacity", "compute_rate", "intra_node", "inter_node", "nvls", "links",
                  "sources"}
@@ -47,6 +48,16 @@ def test_device_figures(preset, nvls, mem, cap):
     d = describe_preset(preset)
     assert d["nvls"] is nvls and d["memory_bandwidth"] == mem and d["memory_capacity"] == cap
     assert "crossbar" in d["description"]
+
+
+def test_h800_is_an_h100_with_400_gb_s_nvlink():
+    """8 NVLink4 links per GPU instead of 18 (400 GB/s bidirectional line rate); at NCCL's effective 20.6 GB/s per
+    link that is the ~160 GB/s per direction DeepSeek reports usable (moe.md section 6). The same GPU."""
+    h800, h100 = build_cluster("hgx-h800"), build_cluster("hgx-h100")
+    assert h800.intra_node[0] == pytest.approx(h100.intra_node[0] * 8 / 18)
+    assert h800.intra_node[0] == pytest.approx(160e9, rel=0.05)
+    assert (h800.device.compute_rate, h800.device.memory_capacity) == (h100.device.compute_rate,
+                                                                       h100.device.memory_capacity)
 
 
 def test_cpu_host_ranks_per_node():

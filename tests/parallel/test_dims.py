@@ -64,3 +64,24 @@ def test_the_grid_is_indexed_by_axis_name():
     # several axes at once: each row one group, dp outer and cp inner (Megatron's data-parallel group with CP)
     assert d.groups(Axis.DP, Axis.CP).tolist()[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
     assert d.groups("cp", "dp").tolist() == d.groups("dp", "cp").tolist()
+
+
+def test_expert_grid_folds_onto_the_same_ranks():
+    """Megatron-Core's MoE parallel folding: the expert grid etp-ep-edp-pp over the ranks of the attention grid
+    tp-cp-dp-pp; attention TP 2 x DP 4 with experts ETP 1 x EP 8 (one EP group spans a stage's TP and DP ranks)."""
+    d = ParallelDims(tp=2, pp=2, world_size=16, ep=8, etp=1)
+    assert (d.dp, d.ep, d.etp, d.edp) == (4, 8, 1, 1)
+    assert d.groups(Axis.EP).tolist() == [list(range(8)), list(range(8, 16))]
+    assert d.groups("etp").tolist() == [[r] for r in range(16)]
+    assert d.expert_coords(13) == {Axis.PP: 1, Axis.EDP: 0, Axis.EP: 5, Axis.ETP: 0}
+    assert d.group_of(13, Axis.PP).tolist() == [5, 13]  # the same pipeline groups on both grids
+    folded = ParallelDims(tp=2, world_size=16, ep=2)  # etp defaults to tp
+    assert (folded.etp, folded.edp) == (2, 4)
+    assert folded.groups(Axis.EP)[0].tolist() == [0, 2] and folded.group_of(0, Axis.EDP).tolist() == [0, 4, 8, 12]
+    for axis in (Axis.EP, Axis.ETP, Axis.EDP):
+        assert sorted(folded.groups(axis).ravel().tolist()) == list(range(16))
+    with pytest.raises(LayoutError, match="mix the attention grid"):
+        folded.groups(Axis.TP, Axis.EP)
+    with pytest.raises(LayoutError, match="not divisible by etp x ep x pp"):
+        ParallelDims(tp=2, world_size=12, ep=4)
+    assert "ep=8 etp=1 edp=1" in d.describe()

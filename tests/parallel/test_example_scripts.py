@@ -26,3 +26,10 @@ def test_lecture_script_prints_each_ranks_loss_and_traffic():
     lines = text.splitlines()
     assert lines[0].startswith("rank 0: loss per step - -; sent 0 B in collectives, 8 KiB point-to-point")
     assert lines[1].startswith("rank 1: loss per step 0.") and lines[2].startswith("simulated ")
+
+
+def test_moe_imbalance_script_prints_the_table_in_the_docs():
+    text = run("moe_imbalance.py", "--markdown")
+    docs = (SCRIPTS.parents[1] / "docs" / "training.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert len(rows) == 5 and all(row in docs for row in rows)

@@ -163,3 +163,31 @@ def test_a_refused_layout_is_refused_on_both_paths_with_the_same_message(kw):
     with pytest.raises(ConfigError) as step:
         StepModel(build_layout(TINY, config, cluster.num_ranks), cluster)
     assert str(numeric.value) == str(step.value) and numeric.value.field == step.value.field
+
+
+@pytest.mark.parametrize("kw,field,match", [
+    (dict(expert_model_parallel_size=3, world_size=48), "expert_model_parallel_size",
+     "num_moe_experts \\(8\\) is not divisible by expert_model_parallel_size \\(3\\)"),
+    (dict(expert_model_parallel_size=8, tensor_model_parallel_size=2, sequence_parallel=True, world_size=8),
+     "expert_model_parallel_size", "not divisible by expert_tensor_parallel_size x expert_model_parallel_size"),
+    (dict(tensor_model_parallel_size=2), "sequence_parallel", "need sequence_parallel"),
+    (dict(moe_token_dispatcher_type="allgather"), "moe_token_dispatcher_type", "not modelled"),
+    (dict(moe_expert_load=[1, 2]), "moe_expert_load", "gives 2 loads for 8 experts"),
+])
+def test_expert_layout_errors_name_their_field(kw, field, match):
+    with pytest.raises(ConfigError, match=match) as e:
+        layout("mixtral-8x7b", **kw)
+    assert e.value.field == field
+
+
+def test_expert_fields_need_an_moe_model():
+    with pytest.raises(ConfigError, match="needs a mixture-of-experts model") as e:
+        layout(expert_model_parallel_size=2)
+    assert e.value.field == "expert_model_parallel_size"
+
+
+def test_expert_grid_of_a_layout():
+    lay = layout("mixtral-8x7b", tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=8,
+                 expert_tensor_parallel_size=1, pipeline_model_parallel_size=4)
+    assert (lay.dims.dp, lay.dims.ep, lay.dims.etp, lay.dims.edp) == (8, 8, 1, 2)
+    assert "ep=8 etp=1 edp=2" in lay.describe()

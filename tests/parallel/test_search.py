@@ -119,3 +119,26 @@ def test_a_plan_on_ray_without_ray(monkeypatch):
     with pytest.raises(SimcommError, match="running a plan on Ray needs the ray extra"):
         search.plan(model_preset("llama3-8b", num_layers=8), TrainingConfig(global_batch_size=16),
                     build_cluster("hgx-h100"), ray=True)
+
+
+def test_moe_layouts_enumerate_ep_and_etp_and_bounds_hold():
+    """A mixture of experts: ep over the divisors of the experts that divide a stage's GPUs, etp 1 or tp; every
+    bound below the next and the step; experts sharded by EP in the memory check."""
+    cluster = build_cluster("hgx-h100", nodes=2)
+    model = model_preset("mixtral-8x7b", num_layers=4, seq_length=2048)
+    base = TrainingConfig(global_batch_size=8, moe_grouped_gemm=True)
+    space = search.SearchSpace(tp=(1, 2), pp=(1, 2), micro_batch_size=(1,), schedules=("1f1b",), zero=(1,),
+                               recompute=(None,))
+    cands = search.candidates(model, base, 16, 8, space)
+    assert {(c.tp, c.pp, c.ep, c.etp) for c in cands if c.tp == 2 and c.pp == 2} == \
+        {(2, 2, e, t) for e in (1, 2, 4, 8) for t in (1, None)} - {(2, 2, 8, None)}  # 8 x 2 > 8 GPUs a stage
+    assert not any(c.zero == 3 for c in search.candidates(model, base, 16, 8, search.SearchSpace(pp=(1,))))
+    search._init(cluster, model, base)
+    peaks = {}
+    for c in cands:
+        row = search.screen(c)
+        peaks[c.label] = row.get("peak_memory")
+        if "bound" in row and c.tp == 1 and c.pp == 2 and c.ep in (1, 8):
+            full = search.bound(c)["bound"]
+            assert row["bound"] <= full <= search.simulate(c)["step_time"] * (1 + 1e-9), c.label
+    assert peaks["tp1 pp2 cp1 ep8 mbs1 1F1B zero1 none"] < peaks["tp1 pp2 cp1 mbs1 1F1B zero1 none"]

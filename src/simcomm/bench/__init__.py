@@ -23,6 +23,10 @@ Cases:
   step-llama3-405b-16384  the step model: scenarios/llama3-405b-h100-16384.yaml; target: under 5 s wall
   step-llama3-405b-131072 the same layout with dp 1,024 (and 16,384 sequences) on 131,072 GPUs; target (issue
                           22): under 5 s wall
+  step-mixtral-8x7b-64    the step model: scenarios/mixtral-8x7b-h100-64.yaml (MoE, EP 8); target (issue 23):
+                          under 10 s wall
+  step-deepseek-v3-2048   the step model: scenarios/deepseek-v3-h800-2048.yaml (MoE, EP 64 over 8 nodes, PP 16);
+                          target (issue 23): under 10 s wall
   plan-llama3-70b-1024    `simcomm plan` of scenarios/llama3-70b-h100-1024.yaml on 2 worker processes (its default
                           search space); target: at least 500 layouts in under 60 s wall on 2 cores
   plan-llama3-405b-16384  `simcomm plan` of scenarios/llama3-405b-h100-16384.yaml on 2 worker processes, every
@@ -187,6 +191,13 @@ STEP_CASES = {
         sequence_parallel=True, micro_batch_size=1, global_batch_size=2048, recompute_granularity="full",
         recompute_method="block", recompute_num_layers=1, use_distributed_optimizer=True, overlap_grad_reduce=True,
         overlap_param_gather=True)),
+    "step-mixtral-8x7b-64": ("hgx-h100", 8, "mixtral-8x7b", dict(
+        pipeline_model_parallel_size=4, expert_model_parallel_size=8, moe_grouped_gemm=True, micro_batch_size=1,
+        global_batch_size=256, use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)),
+    "step-deepseek-v3-2048": ("hgx-h800", 256, "deepseek-v3", dict(
+        pipeline_model_parallel_size=16, decoder_first_pipeline_num_layers=1, expert_model_parallel_size=64,
+        moe_grouped_gemm=True, fp8_format="e4m3", recompute_granularity="full", micro_batch_size=1,
+        global_batch_size=15360, use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)),
     "plan-llama3-70b-1024": ("hgx-h100", 128, "llama3-70b", dict(
         tensor_model_parallel_size=8, pipeline_model_parallel_size=4, num_layers_per_virtual_pipeline_stage=4,
         sequence_parallel=True, micro_batch_size=1, global_batch_size=1024, use_distributed_optimizer=True,
@@ -247,7 +258,8 @@ DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allre
            "allreduce-hierarchical-4096", "allreduce-auto-4096",
            *[f"allreduce-{alg or 'auto'}-{n}" for n in (16384, 131072) for alg in ALGORITHMS],
            "rankprog-256", "rankprog-sizeonly-16384", "build-cpu-host-4096", "launch-cpu-host-4000", "train-64",
-           "step-gpt3-175b-1024", "step-llama3-405b-16384", "step-llama3-405b-131072", "plan-llama3-70b-1024",
+           "step-gpt3-175b-1024", "step-llama3-405b-16384", "step-llama3-405b-131072", "step-mixtral-8x7b-64",
+           "step-deepseek-v3-2048", "plan-llama3-70b-1024",
            "plan-llama3-405b-16384"]
 
 
@@ -266,6 +278,8 @@ TARGETS = {
     "step-gpt3-175b-1024": ("< 2 s wall", lambda r: r["wall_seconds"] < 2),
     "step-llama3-405b-16384": ("< 5 s wall", lambda r: r["wall_seconds"] < 5),
     "step-llama3-405b-131072": ("< 5 s wall", lambda r: r["wall_seconds"] < 5),
+    "step-mixtral-8x7b-64": ("< 10 s wall", lambda r: r["wall_seconds"] < 10),
+    "step-deepseek-v3-2048": ("< 10 s wall", lambda r: r["wall_seconds"] < 10),
     "plan-llama3-70b-1024": (">= 500 layouts, < 60 s wall on 2 cores",
                              lambda r: r["layouts"] >= 500 and r["wall_seconds"] < 60),
     "plan-llama3-405b-16384": ("< 60 s wall on 2 cores", lambda r: r["wall_seconds"] < 60),

@@ -28,6 +28,7 @@ def _space(args):
     from ..parallel.search import SearchSpace
     default = SearchSpace()
     given = {"tp": args.tp, "pp": args.pp, "cp": args.cp, "micro_batch_size": args.mbs, "zero": args.zero,
+             "ep": args.ep, "etp": args.etp,
              "schedules": _choices(args.schedules, {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved":
                                                     "interleaved_1f1b", "interleaved_1f1b": "interleaved_1f1b"},
                                    "schedule"),
@@ -116,6 +117,10 @@ def add_parser(sub) -> None:
     p.add_argument("--tp", type=wholes(1, MAX_RANKS),
                    help="tensor-parallel sizes to try, e.g. 4,8 (default: divisors of a node's GPUs)")
     p.add_argument("--pp", type=wholes(1, MAX_RANKS), help="pipeline sizes (default: every divisor that fits)")
+    p.add_argument("--ep", type=wholes(1, MAX_RANKS), help="expert-parallel sizes, MoE models (default: every "
+                   "divisor of the experts that divides a stage's GPUs)")
+    p.add_argument("--etp", type=wholes(1, MAX_RANKS),
+                   help="expert tensor-parallel sizes, MoE models (default: 1 and tp)")
     p.add_argument("--cp", type=wholes(1, MAX_RANKS),
                    help="context-parallel sizes (default: every divisor of the GPUs left that splits the sequence "
                         "into 2 x cp chunks divisible by tp)")

@@ -123,6 +123,21 @@ def hgx_h200() -> NodeTemplate:
     return hgx_h100(H200_SXM, "hgx-h200")
 
 
+# The H800: the H100 SXM5 sold in China with its NVLink cut to 8 links (400 GB/s bidirectional, 200 per direction;
+# NVIDIA's H800 datasheet), the same GH100 compute and HBM3. DeepSeek-V3's cluster (arXiv 2412.19437 section 3.1):
+# 8 GPUs per node on NVLink/NVSwitch, 8 IB NICs of 400 Gb/s per node.
+H800_SXM = dataclasses.replace(H100_SXM, name="H800-SXM5-80GB")
+
+
+def hgx_h800() -> NodeTemplate:
+    node = _sxm_node("hgx-h800", H800_SXM, 8, NVLINK_LINK_SM90, PCIE_GEN5, NDR_NIC, True,
+                     "HGX H800: 8x H800-SXM5-80GB (an H100 SXM5 with 8 NVLink4 links: 400 GB/s bidirectional, 200 "
+                     "per direction line rate), NVSwitch with NVLink SHARP, PCIe Gen5",
+                     "8x NDR 400 Gb/s InfiniBand NICs (50 GB/s line, 48 effective), one per GPU (rail i)")
+    # NCCL's software figures: the HGX H100's (same GPU and switches; nothing measured on an H800 here)
+    return dataclasses.replace(node, tuning=FITTED_TUNING["hgx-h100"])
+
+
 def aws_p5() -> NodeTemplate:
     return _sxm_node("aws-p5", H100_SXM, 18, NVLINK_LINK_SM90, PCIE_GEN5, EFA_P5_RAIL, True,
                      "AWS p5.48xlarge: 8x H100-SXM5-80GB, NVLink4 18 links/GPU (450 GB/s per direction line rate), "
@@ -199,6 +214,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("dgx-a100", "8x A100 SXM4 80GB, NVSwitch, 8x HDR 200G", dgx_a100, "rail-optimised"),
     Preset("hgx-h100", "8x H100 SXM5 80GB, NVSwitch + NVLS, 8x NDR 400G", hgx_h100, "rail-optimised"),
     Preset("hgx-h200", "8x H200 SXM 141GB, NVSwitch + NVLS, 8x NDR 400G", hgx_h200, "rail-optimised"),
+    Preset("hgx-h800", "8x H800 SXM5 80GB (H100, 400 GB/s NVLink), NVSwitch + NVLS, 8x NDR 400G", hgx_h800,
+           "rail-optimised"),
     Preset("aws-p5", "AWS p5.48xlarge: 8x H100 SXM5, NVSwitch + NVLS, 32x EFA 100G", aws_p5, "rail-optimised"),
     Preset("aws-p4de", "AWS p4de.24xlarge: 8x A100 SXM4 80GB, NVSwitch, 4x EFA 100G", aws_p4de, "rail-optimised"),
     Preset("pcie-4gpu", "4x GPU on PCIe Gen4, no NVLink, 2x 200G", pcie_4gpu, "fat-tree"),

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import SimcommError
 from .calibration import H100_BF16_PEAK, H100_SMS
-from .model.programs import ATTENTION, GEMM
+from .model.programs import ATTENTION, GEMM, GROUPED_GEMM
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ class GpuFigures:
 H100 = GpuFigures("H100 SXM", H100_BF16_PEAK, 1979e12, H100_SMS, 794.5e12, 1402.6e12, "H100")
 GPUS: dict[str, GpuFigures] = {
     "H100-SXM5-80GB": H100,
+    "H800-SXM5-80GB": H100,  # the same GH100 part (only its NVLink is cut)
     "H200-SXM-141GB": GpuFigures("H200 SXM", H100_BF16_PEAK, 1979e12, 132, 794.5e12, 1453.4e12, "H200"),
     "A100-SXM4-80GB": GpuFigures("A100 SXM", 312e12, 0.0, 108, 271.2e12, 0.0),
     # A100 PCIe: the SXM part's tensor cores at a lower power limit; no MAMF figure, the SXM one is used.
@@ -229,10 +230,13 @@ class ComputeModel:
         return self._attention(self._att_b, batch_heads, sq, flops) if flops > 0 else 0.0
 
     def kernel(self, k) -> float:
-        """Seconds for one kernel of a layer's program (model/programs.py): a GEMM, flash attention or a
-        memory-bound op."""
+        """Seconds for one kernel of a layer's program (model/programs.py): a GEMM, a grouped GEMM, flash attention
+        or a memory-bound op."""
         if k.kind == GEMM:
             return self.gemm(*k.shape)
+        if k.kind == GROUPED_GEMM:
+            counts, n, kk, wgrad = k.shape
+            return self.grouped_gemm(counts, n, kk, wgrad=wgrad)
         if k.kind == ATTENTION:
             bh, sq, real, which = k.shape
             return self.attention_forward(bh, sq, real) if which == "forward" else \
@@ -272,5 +276,6 @@ def _figures(device) -> tuple[GpuFigures, str]:
 
 @lru_cache(maxsize=None)
 def _preset_rate(device_name: str) -> float:
-    from ..hardware.presets import A100_PCIE, A100_SXM, H100_SXM, H200_SXM
-    return {d.name: d.compute_rate for d in (A100_PCIE, A100_SXM, H100_SXM, H200_SXM)}.get(device_name, 0.0)
+    from ..hardware.presets import A100_PCIE, A100_SXM, H100_SXM, H200_SXM, H800_SXM
+    return {d.name: d.compute_rate for d in (A100_PCIE, A100_SXM, H100_SXM, H200_SXM, H800_SXM)}.get(device_name,
+                                                                                                      0.0)

@@ -68,6 +68,19 @@ class TrainingConfig:
     pipeline_schedule: str = setting("auto", "auto (1F1B, interleaved with virtual stages), gpipe, 1f1b, "
                                      "interleaved_1f1b", choices=("auto", "gpipe", "1f1b", "interleaved_1f1b"))
     world_size: int = setting(0, "GPUs used (0: every rank of the cluster)", lo=0, hi=1 << 20)
+    # -- mixture of experts (the model's MoE fields say which layers are MoE and what they hold)
+    expert_model_parallel_size: int = setting(1, "EP size: ranks the experts of an MoE layer are sharded over",
+                                              lo=1, hi=65536)
+    expert_tensor_parallel_size: int | None = setting(None, "TP inside the experts (default: "
+                                                      "tensor_model_parallel_size)", lo=1, hi=65536)
+    moe_token_dispatcher_type: str = setting("alltoall", "how tokens reach their experts (alltoall is modelled; "
+                                             "Megatron's default is allgather)",
+                                             choices=("alltoall", "allgather", "flex"))
+    moe_grouped_gemm: bool = setting(False, "one grouped GEMM for a rank's experts (else one GEMM per expert)")
+    moe_routing_skew: float = setting(0.0, "the step model's routing: expert i receives a share proportional to "
+                                      "(i + 1)^-skew (0: perfectly balanced)", lo=0.0, hi=100.0)
+    moe_expert_load: tuple[float, ...] | None = setting(None, "the step model's routing: relative tokens per expert "
+                                                        "(a measured load; instead of moe_routing_skew)")
     # -- memory
     recompute_granularity: str | None = setting(None, "activation recomputation", choices=("full", "selective"))
     recompute_method: str = setting("uniform", "full recomputation: uniform or block", choices=("uniform", "block"))
@@ -154,8 +167,12 @@ class TrainingConfig:
                                      "TP (false: one 4-byte all-reduce over a replica)")
 
     def __post_init__(self):
+        if isinstance(self.moe_expert_load, list):
+            object.__setattr__(self, "moe_expert_load", tuple(self.moe_expert_load))
         for name, check in _CHECKS:
             check(getattr(self, name))
+        if self.moe_expert_load is not None and self.moe_routing_skew:
+            raise ConfigError("give moe_expert_load or moe_routing_skew, not both", "moe_routing_skew")
         self._check_sharding()
         if self.bf16 and self.fp16:
             raise ConfigError("bf16 and fp16 are exclusive", "fp16")
@@ -246,6 +263,11 @@ class TrainingConfig:
         return self.use_flash_attn and (self.bf16 or self.fp16)
 
     @property
+    def etp(self) -> int:
+        """Expert tensor parallelism: expert_tensor_parallel_size, else the attention's TP (Megatron's default)."""
+        return self.expert_tensor_parallel_size or self.tensor_model_parallel_size
+
+    @property
     def sp(self) -> bool:
         """Sequence parallelism is on only with tensor parallelism (Megatron turns it off at tp = 1)."""
         return self.sequence_parallel and self.tensor_model_parallel_size > 1
@@ -292,6 +314,10 @@ def _checker(f: dataclasses.Field):
         elif base == "float":
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi:
                 raise ConfigError(f"{name} must be a number in [{lo:g}, {hi:g}), got {v!r}", name)
+        elif base.startswith("tuple"):
+            if not isinstance(v, tuple) or not v or any(isinstance(x, bool) or not isinstance(x, (int, float))
+                                                        or not 0 <= x < float("inf") for x in v) or not sum(v) > 0:
+                raise ConfigError(f"{name} must be a list of numbers >= 0, not all zero, got {v!r}", name)
     return check
 
 

@@ -27,9 +27,9 @@ import numpy as np
 
 from ..engine import Mix
 from ..engine import sharing
-from ..session import Session
+from ..session import Session, as_dtype
 from .model import programs as ops
-from .model.programs import ATTENTION, GEMM, Kernel, LayerComm, LayerStep
+from .model.programs import ATTENTION, GEMM, GROUPED_GEMM, Kernel, LayerComm, LayerStep
 
 # Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub: "num_sm": 1
 # for the ring-exchange all-gathers, which copy with the copy engines, else 16 with set_sm_margin): Megatron-LM's
@@ -68,6 +68,10 @@ def engine_kernel(cm, k: Kernel, seconds: float) -> sharing.Kernel:
     """The shape the engine slows `k` by (its grid, its share of HBM time)."""
     if k.kind == GEMM:
         return sharing.gemm_kernel(*k.shape, seconds=seconds, hbm_rate=cm.hbm)
+    if k.kind == GROUPED_GEMM:  # as one GEMM over every expert's rows
+        counts, n, kk, wgrad = k.shape
+        rows = max(1, int(sum(counts)))
+        return sharing.gemm_kernel(*((kk, n, rows) if wgrad else (rows, n, kk)), seconds=seconds, hbm_rate=cm.hbm)
     if k.kind == ATTENTION:
         return sharing.attention_kernel(k.shape[0], k.shape[1])
     return sharing.MEMORY_KERNEL
@@ -84,9 +88,10 @@ def userbuffers_sms(c: LayerComm) -> tuple[int, bool]:
 
 class TemplateRunner:
     """Runs programs on a scratch Session of `cluster`, on the groups of `stage` (an array cp x tp of global
-    ranks); `ideal`: communication costs nothing."""
+    ranks) and, for MoE layers, on `experts` ({'ep' | 'etp': the expert groups (rows of global ranks) with a rank in
+    the stage}); `ideal`: communication costs nothing."""
 
-    def __init__(self, cluster, cm, stage: np.ndarray, dtype: str, ideal: bool = False):
+    def __init__(self, cluster, cm, stage: np.ndarray, dtype: str, ideal: bool = False, experts=None):
         self.cluster = cluster
         self.session = None
         self.cm = cm
@@ -94,9 +99,32 @@ class TemplateRunner:
         self.ranks = self.stage.reshape(-1)
         self.dtype = dtype
         self.ideal = ideal
+        self.experts = experts or {}
+
+    def _expert_comm(self, c: LayerComm, out: list, t0: float):
+        """An EP all-to-all (every rank sends per_peer[j] bytes to EP rank j; transposed when `back`) or an ETP
+        all-gather / reduce-scatter, on every expert group of the stage at once."""
+        s, itemsize = self.session, as_dtype(self.dtype)[0].itemsize
+        ops = []
+        for row in self.experts[c.axis]:
+            if c.collective == "all_to_all":
+                per = np.asarray(c.per_peer, dtype=np.float64) / itemsize
+                splits = np.tile(per, (len(row), 1)).astype(np.int64)
+                splits = splits.T.copy() if c.back else splits
+                ops.append(s.collective("all_to_all", row, count=max(1, int(splits.max())), splits=splits,
+                                        dtype=self.dtype, tags={"axis": c.axis}))
+            else:
+                ops.append(s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype,
+                                        tags={"axis": c.axis}))
+        yield s.all_of(ops)
+        out.append(Segment(c.axis, ops[0].start - t0, max(o.end for o in ops) - t0, c.name, c.nbytes, "collective",
+                           ops[0].record.tags))
 
     def _comm(self, c: LayerComm, out: list, t0: float, userbuffers: bool = False):
         s = self.session
+        if c.axis in ("ep", "etp"):
+            yield from self._expert_comm(c, out, t0)
+            return
         if c.axis == "tp":
             sms, margin = userbuffers_sms(c) if userbuffers else (None, False)
             ops = [s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype, tags={"axis": "tp"},
@@ -184,15 +212,20 @@ class TemplateCache:
         self._runners: dict = {}
         self._done: dict = {}
 
-    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str):
+    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str, experts=None):
+        """The template of program `name`; experts: the stage's EP and ETP groups (MoE layers)."""
         rpn = self.cluster.ranks_per_node
         local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
+        if experts:  # where the expert groups sit, relative to the stage's first node
+            first = stage.min() // rpn
+            local += tuple((a, tuple(map(tuple, (g % rpn).tolist())), tuple(map(tuple, (g // rpn - first).tolist())))
+                           for a, g in sorted(experts.items()))
         key = (local, shape, dtype, ideal, cm.key, name)
         if key not in self._done:
             rk = (local, stage.shape, dtype, ideal, cm.key)
             runner = self._runners.get(rk)
             if runner is None:
-                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal)
+                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal, experts)
             program = PROGRAMS[name](shape)
             self._done[key] = runner.run(name, program, shape.tp_comm_overlap)
         return self._done[key]

@@ -16,7 +16,7 @@ one bucket per model chunk without.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from ..errors import SimcommError
@@ -24,8 +24,9 @@ from .config import ConfigError, TrainingConfig
 from .data_parallel.sharding import Sharding, sharding
 from .dims import LayoutError, ParallelDims
 from .model.config import TransformerConfig
-from .model.flops import layer_params_per_gpu
+from .model.flops import expert_params, layer_params_per_gpu
 from .model.layer import LayerShape
+from .model.moe.balance import routing_shares
 from .pipeline_parallel.schedules import interleaved_1f1b
 from .pipeline_parallel.schedules import schedule as make_schedule
 
@@ -86,9 +87,36 @@ class Layout:
                           c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
 
     @property
+    def moe_layer_shape(self) -> LayerShape | None:
+        """An MoE layer on one GPU, one micro-batch (None for a dense model): the layer shape with the expert grid,
+        the routing the step model is given (moe_routing_skew or moe_expert_load; balanced without) and the GEMMs."""
+        m, c = self.model, self.config
+        if not m.is_moe:
+            return None
+        shares = ()
+        if c.moe_routing_skew or c.moe_expert_load is not None:
+            shares = tuple(float(x) for x in routing_shares(m.num_moe_experts, c.moe_routing_skew, c.moe_expert_load))
+        return replace(self.layer_shape, moe=True, ep=self.dims.ep, etp=self.dims.etp, routing=shares,
+                       grouped_gemm=c.moe_grouped_gemm)
+
+    def shape_of(self, layer: int) -> LayerShape:
+        return self.moe_layer_shape if self.model.moe_layers[layer] else self.layer_shape
+
+    @property
     def layer_params(self) -> float:
-        """Parameters of one decoder layer on one GPU (TP-split matrices, replicated norms)."""
+        """Parameters of one dense decoder layer on one GPU (TP-split matrices, replicated norms)."""
         return layer_params_per_gpu(self.model, self.dims.tp)
+
+    def params_of(self, layer: int) -> float:
+        """Parameters of decoder layer `layer` on one GPU (an MoE layer's experts split over EP x ETP)."""
+        if not self.model.moe_layers[layer]:
+            return self.layer_params
+        return layer_params_per_gpu(self.model, self.dims.tp, True, self.dims.ep, self.dims.etp)
+
+    def expert_params_of(self, layer: int) -> float:
+        """The routed experts' parameters of layer `layer` on one GPU (reduced over the expert-data-parallel
+        group; 0 for a dense layer)."""
+        return expert_params(self.model) / (self.dims.ep * self.dims.etp) if self.model.moe_layers[layer] else 0.0
 
     def recomputes(self, position: int) -> str | None:
         """What is recomputed before the backward of the layer at `position` within its model chunk: 'full' (its
@@ -136,7 +164,9 @@ class Layout:
     def describe(self) -> str:
         c = self.config
         v = f" v={self.chunks}" if self.chunks > 1 else ""
-        return (f"tp={self.dims.tp} pp={self.dims.pp} cp={self.dims.cp} dp={self.dims.dp}{v} "
+        d = self.dims
+        experts = f" ep={d.ep} etp={d.etp} edp={d.edp}" if self.model.is_moe else ""
+        return (f"tp={self.dims.tp} pp={self.dims.pp} cp={self.dims.cp} dp={self.dims.dp}{experts}{v} "
                 f"mbs={c.micro_batch_size} m={self.microbatches} {self.schedule_name} zero={c.stage} "
                 f"recompute={c.recompute_granularity or 'none'}{' sp' if c.sp else ''}")
 
@@ -152,6 +182,9 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     if dims.world_size > world_size:
         raise ConfigError(f"world_size {dims.world_size} is more than the cluster's {world_size} ranks",
                           "world_size")
+    _check_experts(model, c, dims)
+    dims = ParallelDims(tp=tp, pp=pp, cp=cp, world_size=dims.world_size, ep=c.expert_model_parallel_size,
+                        etp=c.etp)
     _check_splits(model, c, dims)
     m = c.global_batch_size // (c.micro_batch_size * dims.dp)
     chunks, layers = _assign_layers(model, c, pp)
@@ -207,6 +240,41 @@ def _check_work(m: int, chunks: int, pp: int, model: TransformerConfig, c: Train
         raise ConfigError(f"{field} ({value:,}) makes {steps} x {layers:,} layers "
                           f"= {layer_passes:,} layer passes a step; simcomm runs each, and at most "
                           f"{MAX_LAYER_PASSES:,} a step (about a minute): {hint}", field)
+
+
+def _check_experts(model: TransformerConfig, c: TrainingConfig, dims: ParallelDims) -> None:
+    """Megatron-Core's rules for the expert grid and the MoE layers (moe.md section 2)."""
+    ep, etp, tp = c.expert_model_parallel_size, c.etp, dims.tp
+    if not model.is_moe:
+        if ep > 1 or etp != tp:
+            field = "expert_model_parallel_size" if ep > 1 else "expert_tensor_parallel_size"
+            raise ConfigError(f"{field} needs a mixture-of-experts model (num_moe_experts)", field)
+        return
+    E = model.num_moe_experts
+    if E % ep:
+        raise ConfigError(f"num_moe_experts ({E}) is not divisible by expert_model_parallel_size ({ep})",
+                          "expert_model_parallel_size")
+    stage = dims.world_size // dims.pp
+    if stage % (ep * etp):
+        raise ConfigError(f"the {stage} GPUs of a pipeline stage are not divisible by expert_tensor_parallel_size x "
+                          f"expert_model_parallel_size = {etp} x {ep}", "expert_model_parallel_size")
+    for what, n, by, field in (("moe_ffn_hidden_size", model.moe_ffn_hidden_size, etp, "expert_tensor_parallel_size"),
+                               ("moe_shared_expert_intermediate_size", model.moe_shared_expert_intermediate_size, tp,
+                                "tensor_model_parallel_size")):
+        if n is not None and n % by:
+            raise ConfigError(f"{what} ({n}) is not divisible by {field} ({by})", field)
+    if tp > 1 and not c.sequence_parallel:
+        raise ConfigError("MoE layers with tensor parallelism need sequence_parallel (Megatron-Core's rule: tokens "
+                          "enter the router split along the sequence)", "sequence_parallel")
+    if c.moe_token_dispatcher_type != "alltoall":
+        raise ConfigError(f"moe_token_dispatcher_type {c.moe_token_dispatcher_type!r} is not modelled; alltoall is "
+                          "(the dispatcher of Megatron's large-scale MoE recipes)", "moe_token_dispatcher_type")
+    if c.stage == 3:
+        raise ConfigError("ZeRO-3 with mixture-of-experts layers is not modelled (expert parameters would be sharded "
+                          "over their own expert-data-parallel group)", "zero_stage")
+    if c.moe_expert_load is not None and len(c.moe_expert_load) != E:
+        raise ConfigError(f"moe_expert_load gives {len(c.moe_expert_load)} loads for {E} experts",
+                          "moe_expert_load")
 
 
 def _schedule_name(c: TrainingConfig, chunks: int, pp: int) -> str:

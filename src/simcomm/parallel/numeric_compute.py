@@ -16,6 +16,7 @@ import dataclasses
 from .compute_model import ComputeModel
 from .model import programs
 from .model.layer import CoreAttention, decoder_layer
+from .model.moe.ops import expert_routing
 
 _TABLES: dict = {}  # (shape, device figures, fp8) -> kernel name -> seconds
 
@@ -31,14 +32,37 @@ class KernelCharges:
         model = layout.model.with_overrides(attention_dropout=0.0, hidden_dropout=0.0)
         shape = dataclasses.replace(layout.layer_shape, model=model)
         precision, fp8 = layout.config.precision, layout.config.fp8_format is not None
+        self.cm = ComputeModel(device, precision, fp8=fp8)
         key = (shape, device.name, device.compute_rate, device.memory_bandwidth, precision, fp8)
         if key not in _TABLES:
-            _TABLES[key] = _table(shape, ComputeModel(device, precision, fp8=fp8))
+            _TABLES[key] = _table(shape, self.cm)
         self.table = _TABLES[key]
+        self.moe_kernels, self.moe_rows = {}, 0
+        if model.is_moe:  # an MoE layer's kernels (the MLP's; attention's are the dense layer's)
+            moe = dataclasses.replace(layout.moe_layer_shape, model=model)
+            self.moe_kernels = {k.name.split("[")[0]: k for program in (programs.layer_forward, programs.layer_backward)
+                                for step in program(moe) for k in step.compute}
+            # the rows the programs' expert kernels were sized for (the busiest EP rank's)
+            self.moe_rows = expert_routing(moe.sp_tokens, model, moe.ep, moe.etp, moe.routing).received
         self.pending = 0.0
 
     def charge(self, name: str, share: float = 1.0) -> None:
         self.pending += self.table[name] * share
+
+    def charge_moe(self, name: str, counts=None) -> None:
+        """An MoE layer's kernel `name`; its expert GEMMs and activation at `counts`, the rows each local expert
+        really computes (the step model sizes them by the routing it is given)."""
+        k = self.moe_kernels[name]
+        if counts is not None and k.kind == programs.GROUPED_GEMM:
+            k = dataclasses.replace(k, shape=(tuple(int(n) for n in counts),) + k.shape[1:])
+        elif counts is not None and k.kind == programs.GEMM:  # one GEMM per expert
+            wgrad = name.endswith(".wgrad")
+            self.pending += sum(self.cm.gemm(*((k.shape[0], k.shape[1], int(m)) if wgrad else
+                                               (int(m), k.shape[1], k.shape[2]))) for m in counts if m)
+            return
+        elif counts is not None:  # the activation: its bytes in proportion to the rows
+            k = dataclasses.replace(k, shape=(k.shape[0] * float(sum(counts)) / max(self.moe_rows, 1),) + k.shape[1:])
+        self.pending += self.cm.kernel(k)
 
     def recompute(self, position: int) -> None:
         """What recomputation reruns before the backward of the layer at `position` in its chunk."""

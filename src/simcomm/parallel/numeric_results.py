@@ -37,6 +37,9 @@ def full_params(results: list[dict], layout) -> dict:
     specs = param_specs(layout.model)
     out = {}
     for name, spec in specs.items():
+        if spec.expert:
+            out[name] = _full_experts(results, layout, name, spec)
+            continue
         parts = []
         for t in range(layout.dims.tp):
             holders = [r for r in results if r["coords"]["tp"] == t and _holds(r, name)]
@@ -50,6 +53,18 @@ def full_params(results: list[dict], layout) -> dict:
                 parts.append(_from_shards([r for r in same if r["coords"]["dp"] >= 0], name))
         out[name] = unshard(parts, spec)
     return out
+
+
+def _full_experts(results: list[dict], layout, name: str, spec) -> np.ndarray:
+    """An MoE layer's experts, whole: each EP rank's experts, their ETP parts joined."""
+    dims = layout.dims
+    parts = []
+    for e in range(dims.ep):
+        for t in range(dims.etp):
+            holder = next(r for r in results if r["expert_coords"]["ep"] == e and r["expert_coords"]["etp"] == t
+                          and _holds(r, name))
+            parts.append(holder["params"][name])
+    return unshard(parts, spec, dims.ep)
 
 
 def held_params(results: list[dict]) -> dict[int, dict]:

@@ -22,14 +22,18 @@ from .context_parallel import RingAttention, load_balanced_positions
 from .data_parallel import make_store
 from .data_parallel.reduce import all_reduce_held
 from .dims import Axis, LayoutError
+from .expert_parallel import ExpertParallel
+from .expert_parallel.store import ExpertStores
 from .layout import Layout, build_layout
 from .model.flops import parameter_count
 from .model.gpt import WORD, ChunkContext, GPTChunk, NoTensorParallel, init_params, local_shape, param_specs, shard
+from .model.moe.balance import routing_shares, updated_expert_bias
 from .model.tensor import Meta, is_meta, value
 from .numeric_compute import KernelCharges
 from .pipeline_parallel.p2p import StageLinks
 from .pipeline_parallel.runner import PipelineRunner
 from .rank_comm import RankComm
+from .serial import expert_biases
 from .tensor_parallel import TensorParallel
 
 
@@ -67,6 +71,10 @@ class RankGroups:
         layouts = {a.value: dims.groups(a) for a in (Axis.TP, Axis.CP, Axis.DP, Axis.PP)}
         # the gradient-reduction group: dp x cp ranks with the same (pp, tp)
         layouts["dp_cp"] = dims.groups(Axis.DP, Axis.CP)
+        if layout.model.is_moe:  # the expert grid; the ranks sharing a micro-batch's tokens; a stage's ranks
+            layouts.update({a.value: dims.groups(a) for a in (Axis.EP, Axis.ETP, Axis.EDP)})
+            layouts["tp_cp"] = dims.groups(Axis.TP, Axis.CP)
+            layouts["stage"] = dims.groups(Axis.TP, Axis.CP, Axis.DP)
         if dims.pp > 1 and not layout.model.untie_embeddings_and_output_weights:
             layouts["embedding"] = np.stack([dims.ranks(pp=0).reshape(-1), dims.ranks(pp=dims.pp - 1).reshape(-1)],
                                             axis=1)
@@ -105,6 +113,8 @@ class RankTrainer:
             comm.kernels = KernelCharges(layout, comm.device())
         self.attention = RingAttention(comm, g.ranks["cp"], self.coords["cp"], m.seq_length, comm.fl,
                                        self._charge) if c > 1 else None
+        self.expert_coords = {a.value: i for a, i in dims.expert_coords(rank).items()}
+        self._experts()
         self.specs = param_specs(m)
         self.dtype = cfg.numpy_dtype  # bfloat16 (size-only runs only) is held as float16: same bytes
         full = None if cfg.size_only else init_params(m, cfg.seed, self.dtype)
@@ -125,23 +135,80 @@ class RankTrainer:
         if self.comm.kernels is not None:
             self.comm.kernels.charge(name, share)
 
+    def _charge_moe(self, name: str, counts=None) -> None:
+        if self.comm.kernels is not None:
+            self.comm.kernels.charge_moe(name, counts)
+
+    def _experts(self) -> None:
+        """What the MoE layers use: the expert-parallel exchanges (with EP or ETP > 1), the routing settings (the
+        z-loss is a mean over this rank's tokens: scaled by 1 / (tp cp) so the ranks' terms add up to the
+        micro-batch's, as Megatron scales it), the count reduction of the balancing losses over TP x CP, the
+        expert biases and the counts that update them."""
+        layout, comm, g, m = self.layout, self.comm, self.groups, self.layout.model
+        dims, cfg = layout.dims, self.cfg
+        self.experts = self.moe = self.reduce_counts = self.routing_shares = None
+        self.expert_bias = expert_biases(m, self.cfg.numpy_dtype)
+        self.routed = {i: np.zeros_like(b) for i, b in self.expert_bias.items()}
+        if not m.is_moe:
+            return
+        if dims.ep * dims.etp > 1:
+            self.experts = ExpertParallel(comm, m.num_moe_experts, g.groups.get("ep"), dims.ep,
+                                          self.expert_coords["ep"], g.groups.get("etp"), dims.etp,
+                                          self.expert_coords["etp"], self._charge_moe)
+        shared = dims.tp * dims.cp
+        self.moe = m
+        if shared > 1 and m.moe_z_loss_coeff is not None:
+            self.moe = m.with_overrides(moe_z_loss_coeff=m.moe_z_loss_coeff / shared)
+        if shared > 1:
+            def reduce_counts(counts, group=g.groups["tp_cp"]):
+                with comm.tagged(axis="tp"):
+                    return comm.all_reduce(counts, group)
+            self.reduce_counts = reduce_counts
+        if cfg.size_only and (cfg.moe_routing_skew or cfg.moe_expert_load is not None):
+            self.routing_shares = routing_shares(m.num_moe_experts, cfg.moe_routing_skew, cfg.moe_expert_load)
+
     def _chunk(self, chunk: int, full: dict | None):
         """Model chunk `chunk` of this pipeline rank (the layers the layout gives it) and its parameter store."""
         layout, cfg, m, g = self.layout, self.cfg, self.layout.model, self.groups
-        r, t = self.coords["pp"], layout.dims.tp
+        r = self.coords["pp"]
         ctx = ChunkContext(m, None, self.positions, self.tp, self.attention, self.comm.fl,
-                           not m.untie_embeddings_and_output_weights, self.comm.kernels)
+                           not m.untie_embeddings_and_output_weights, self.comm.kernels, self.experts, self.moe,
+                           self.reduce_counts, self.expert_bias, self.routed, self.routing_shares)
         layers = layout.layers_of(r, chunk)
         model = GPTChunk(range(layers[0], layers[-1] + 1), layout.has_embedding(r, chunk),
                          layout.has_output(r, chunk), ctx)
         units = model.param_names()
-        params = {n: Meta(local_shape(self.specs[n], t), self.dtype) if full is None else
-                  shard(full[n], self.specs[n], t, self.coords["tp"]) for names in units.values() for n in names}
-        ctx.store = make_store(cfg.stage, self.comm, g.groups.get("dp_cp"), g.size("dp_cp"),
-                               g.index("dp_cp", self.comm.rank), units, params, self.specs, cfg.make_optimizer(),
-                               layout.bucket_size, cfg.overlap_grad_reduce,
-                               alone={WORD} if "embedding" in g.ranks else set(), size_only=cfg.size_only)
+        params = {n: self._local(n, full) for names in units.values() for n in names}
+        experts = {u: [n for n in names if self.specs[n].expert] for u, names in units.items()}
+        dense = {u: [n for n in names if not self.specs[n].expert] for u, names in units.items()}
+        ctx.store = self._store("dp_cp", dense, params, {WORD} if "embedding" in g.ranks else set())
+        if any(experts.values()):
+            ctx.store = ExpertStores(ctx.store, self._store("edp", experts, params, set()),
+                                     [n for names in experts.values() for n in names])
         return model, ctx.store
+
+    def _local(self, name: str, full: dict | None):
+        """This rank's part of parameter `name`: its TP part, or for experts its EP rank's experts' ETP part."""
+        spec, dims, tp, ep = self.specs[name], self.layout.dims, self.coords["tp"], 1
+        t, e = (dims.etp, self.expert_coords["etp"]) if spec.expert else (dims.tp, tp)
+        if spec.expert:
+            ep = dims.ep
+        if full is None:
+            return Meta(local_shape(spec, t, ep), self.dtype)
+        return shard(full[name], spec, t, e, ep, self.expert_coords["ep"])
+
+    def _store(self, group: str, units: dict, params: dict, alone: set):
+        """A data-parallel store over `group` (dp_cp, or edp for experts) of the parameters in `units`."""
+        cfg, g = self.cfg, self.groups
+        units = {u: names for u, names in units.items() if names}
+        return make_store(cfg.stage, self.comm, g.groups.get(group), g.size(group), g.index(group, self.comm.rank),
+                          units, {n: params[n] for names in units.values() for n in names}, self.specs,
+                          cfg.make_optimizer(), self.layout.bucket_size, cfg.overlap_grad_reduce, alone=alone,
+                          size_only=cfg.size_only)
+
+    def _parts(self) -> list:
+        """Every data-parallel store of every chunk (the dense ones first)."""
+        return [p for s in self.stores for p in getattr(s, "parts", (s,))]
 
     # ---- one step ----------------------------------------------------------------------------------------
     def _microbatches(self, step: int):
@@ -162,27 +229,47 @@ class RankTrainer:
         """One optimizer step; returns this rank's share of the global loss (None off the last stage)."""
         losses = self.runner.run(self.actions, self._microbatches(step))
         comm, cfg = self.comm, self.cfg
+        dense = [getattr(s, "dense", s) for s in self.stores]
         with comm.tagged(phase="grad_sync"):
-            for store in self.stores:
+            for store in self._parts():
                 store.finish()
             if cfg.sequence_parallel and self.tp.size > 1:
                 names = [n for n, s in self.specs.items() if s.sequence_parallel]
-                for store in self.stores:
+                for store in dense:
                     all_reduce_held(comm, store, names, self.tp.group, "tp")
             if "embedding" in self.groups.ranks:
-                for chunk, store in zip(self.chunks, self.stores):
+                for chunk, store in zip(self.chunks, dense):
                     if chunk.pre or chunk.post:
                         all_reduce_held(comm, store, [WORD], self.groups.groups["embedding"], "embedding")
         with comm.tagged(phase="optimizer"):
-            for store in self.stores:
+            for store in self._parts():
                 store.step()
+        self._update_expert_bias()
         if not losses:
             return None
         return None if is_meta(losses[0]) else float(sum(value(x) for x in losses))
 
+    def _update_expert_bias(self) -> None:
+        """Aux-loss-free balancing: each MoE layer's bias moves by the step's tokens per expert, summed over the
+        stage's ranks (TP x CP x DP: every token of the step routed once), as Megatron does after the step."""
+        layers = [i for i in self.expert_bias if i in self._held_layers()]
+        if not layers:
+            return
+        counts = np.stack([self.routed[i] for i in layers])
+        if self.groups.size("stage") > 1:
+            with self.comm.tagged(axis="dp", phase="optimizer"):
+                counts = self.comm.all_reduce(counts, self.groups.groups["stage"])
+        rate = self.layout.model.moe_router_bias_update_rate
+        for i, c in zip(layers, counts):
+            self.expert_bias[i] = updated_expert_bias(self.expert_bias[i], c, rate)
+            self.routed[i] = np.zeros_like(self.routed[i])
+
+    def _held_layers(self) -> set:
+        return {i for chunk in self.chunks for i in chunk.layers}
+
     def result(self, loss_shares: list) -> dict:
         params, shards = {}, []
-        for store in self.stores:
+        for store in self._parts():
             local = store.local_params()
             if local is not None:
                 params.update(local)
@@ -190,12 +277,12 @@ class RankTrainer:
         c = self.cfg
         tokens = c.global_batch_size // self.layout.dims.dp * len(self.positions)
         full_share = c.global_batch_size * self.layout.model.seq_length
-        return {"rank": self.comm.rank, "coords": self.coords,
+        return {"rank": self.comm.rank, "coords": self.coords, "expert_coords": self.expert_coords,
                 "loss": [None if s is None else s * full_share / tokens for s in loss_shares],
                 "loss_share": loss_shares, "params": None if c.size_only else params,
                 "shards": None if c.size_only else shards, "flops": self.comm.fl.total,
-                "state_bytes": {k: sum(s.state_bytes()[k] for s in self.stores) for k in ("params", "grads",
-                                                                                            "optimizer")}}
+                "state_bytes": {k: sum(s.state_bytes()[k] for s in self._parts()) for k in ("params", "grads",
+                                                                                              "optimizer")}}
 
 
 def train_with(rank: int, dist, layout: Layout) -> dict:

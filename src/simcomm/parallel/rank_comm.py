@@ -135,6 +135,17 @@ class RankComm:
         scatter = getattr(self.dist, "reduce_scatter_single", None) or self.dist.reduce_scatter_tensor
         return self._run(lambda a: scatter(self._t(out), self._t(src), group=group, async_op=a), out, async_op)
 
+    def all_to_all(self, x, group, send_splits, recv_splits, async_op: bool = False):
+        """Rows of x (axis 0) cut into send_splits, block j to group rank j; returns the blocks received from each
+        member, concatenated in group-rank order (recv_splits rows each): all_to_all_single with split sizes."""
+        send, recv = [int(n) for n in send_splits], [int(n) for n in recv_splits]
+        if sum(send) != x.shape[0]:
+            raise SimcommError(f"all_to_all: send_splits {send} do not add up to the {x.shape[0]} rows to send")
+        src = self._buffer(x)
+        out = self._empty((sum(recv),) + tuple(x.shape[1:]), x)
+        return self._run(lambda a: self.dist.all_to_all_single(self._t(out), self._t(src), recv, send, group=group,
+                                                               async_op=a), out, async_op)
+
     # ---- point to point ----------------------------------------------------------------------------------
     def isend(self, x, dst: int, tag: int = 0) -> Handle:
         buf = self._buffer(x)

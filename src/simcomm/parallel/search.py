@@ -1,5 +1,6 @@
-"""Layout search: every valid (tp, pp, cp, dp, micro-batch, schedule, virtual stages, ZeRO stage, recomputation)
-for a model, a cluster and a global batch; the memory-feasible ones ranked by predicted step time.
+"""Layout search: every valid (tp, pp, cp, dp, micro-batch, schedule, virtual stages, ZeRO stage, recomputation; for
+a mixture of experts also ep and etp) for a model, a cluster and a global batch; the memory-feasible ones ranked by
+predicted step time.
 
 Passes, all deterministic (the result does not depend on the number of workers):
 1. enumerate: every combination Megatron-LM's rules allow (build_layout accepts it): tp divides the GPUs of a node
@@ -7,7 +8,9 @@ Passes, all deterministic (the result does not depend on the number of workers):
    chunks (causal load balancing) that sequence parallelism can split again by tp; pp divides the layers;
    dp = GPUs / (tp cp pp) divides the batch with the micro-batch; schedules 1F1B, GPipe and interleaved 1F1B with
    every v that divides the stage's layers; ZeRO stages 0-3 (1-3 need dp x cp > 1; 3 only without pipeline
-   parallelism, as DeepSpeed and Megatron-LM). Sequence parallelism is on whenever tp > 1 (same traffic as
+   parallelism, as DeepSpeed and Megatron-LM; not with experts). MoE models: ep every divisor of the experts that
+   divides a stage's GPUs, etp 1 or tp (the expert grid folded onto the stage). Sequence parallelism is on
+   whenever tp > 1 (same traffic as
    all-reduce, less memory); gradient reduction overlaps the backward, and with ZeRO 1-2 parameter gathers overlap
    the forward.
 2. screen, every layout: peak memory per GPU (model/memory.py) and, for the ones that fit, a compute bound of the
@@ -57,6 +60,8 @@ class SearchSpace:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str | None, ...] = (None, "selective", "full")
     max_virtual: int = 8
+    ep: tuple[int, ...] | None = None  # MoE models; None: the divisors of the experts that divide a stage's GPUs
+    etp: tuple[int, ...] | None = None  # None: 1 and tp (Megatron-Core's default)
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class Candidate:
     v: int
     zero: int
     recompute: str | None
+    ep: int = 1
+    etp: int | None = None  # None: tp
 
     def config(self, base: TrainingConfig) -> TrainingConfig:
         return replace(base, tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
@@ -78,12 +85,15 @@ class Candidate:
                        virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
                        zero_stage=self.zero, use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
                        overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
-                       recompute_method="uniform", recompute_num_layers=None, world_size=0)
+                       recompute_method="uniform", recompute_num_layers=None, world_size=0,
+                       expert_model_parallel_size=self.ep, expert_tensor_parallel_size=self.etp)
 
     @property
     def label(self) -> str:
         sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved_1f1b": f"1F1B-v{self.v}"}[self.schedule]
-        return (f"tp{self.tp} pp{self.pp} cp{self.cp} mbs{self.mbs} {sched} zero{self.zero} "
+        experts = f" ep{self.ep}" + (f" etp{self.etp}" if self.etp not in (None, self.tp) else "") \
+            if self.ep > 1 or self.etp not in (None, self.tp) else ""
+        return (f"tp{self.tp} pp{self.pp} cp{self.cp}{experts} mbs{self.mbs} {sched} zero{self.zero} "
                 f"{RECOMPUTE_NAMES[self.recompute]}")
 
 
@@ -97,6 +107,16 @@ def cp_sizes(model, world: int, tp: int) -> list[int]:
     parallelism, on whenever tp > 1)."""
     s = model.seq_length
     return [c for c in _divisors(world // tp) if c == 1 or s % (2 * c) == 0 and (s // c) % tp == 0]
+
+
+def expert_sizes(model, stage: int, tp: int, space: SearchSpace) -> list[tuple[int, int | None]]:
+    """(ep, etp) pairs for a mixture of experts on `stage` GPUs per pipeline stage: ep divides the experts, etp is
+    1 or tp, and ep x etp divides the stage (Megatron-Core's folding); (1, None) for a dense model."""
+    if not model.is_moe:
+        return [(1, None)]
+    eps = space.ep or [e for e in _divisors(model.num_moe_experts) if stage % e == 0]
+    etps = space.etp or sorted({1, tp})
+    return [(e, None if t == tp else t) for e in eps for t in etps if stage % (e * t) == 0]
 
 
 def candidates(model, base: TrainingConfig, world: int, ranks_per_node: int, space: SearchSpace) -> list[Candidate]:
@@ -117,13 +137,14 @@ def candidates(model, base: TrainingConfig, world: int, ranks_per_node: int, spa
                     continue
                 m = base.global_batch_size // (mbs * dp)
                 for sched, zero, rc in itertools.product(space.schedules, space.zero, space.recompute):
-                    if pp == 1 and sched != "1f1b" or zero == 3 and pp > 1 or zero and dp * cp == 1:
+                    if pp == 1 and sched != "1f1b" or zero == 3 and (pp > 1 or model.is_moe) or zero and dp * cp == 1:
                         continue
                     vs = [1]
                     if sched == "interleaved_1f1b":
                         per = model.num_layers // pp if model.num_layers % pp == 0 else 0
                         vs = [v for v in range(2, space.max_virtual + 1) if per and per % v == 0 and m >= pp]
-                    out += [Candidate(tp, pp, cp, mbs, sched, v, zero, rc) for v in vs]
+                    out += [Candidate(tp, pp, cp, mbs, sched, v, zero, rc, ep, etp) for v in vs
+                            for ep, etp in expert_sizes(model, world // pp, tp, space)]
     return out
 
 
@@ -148,13 +169,17 @@ def schedule_key(c: Candidate) -> tuple:
 
 def _kernel_templates(sim: StepModel) -> dict[str, Template]:
     """Each program as a template of its kernels alone: the compute stream's seconds, no communication."""
-    key = (sim.shape, sim.cm.key)
+    moe = sim.layout.moe_layer_shape
+    key = (sim.shape, moe, sim.cm.key)
     if key not in _STATE["kernels"]:
         out = {}
         for name, program in PROGRAMS.items():
-            steps = program(sim.shape)
-            busy = sum(sum(sim.cm.kernel(k) for k in st.compute) for st in steps)
-            out[name] = Template(name, busy, busy, {}, sum(k.flops for st in steps for k in st.compute))
+            for prefix, shape in (("", sim.shape), ("moe_", moe)):
+                if shape is None or prefix and not name.startswith("layer."):
+                    continue
+                steps = program(shape)
+                busy = sum(sum(sim.cm.kernel(k) for k in st.compute) for st in steps)
+                out[prefix + name] = Template(name, busy, busy, {}, sum(k.flops for st in steps for k in st.compute))
         _STATE["kernels"][key] = out
     return _STATE["kernels"][key]
 
@@ -162,8 +187,10 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
 def _kernel_seconds(sim: StepModel, rank: int, chunk: int, phase: str) -> float:
     """A pass's kernels' seconds (no communication), by what they depend on: shared by many layouts."""
     L, cfg = sim.layout, sim.cfg
-    key = (sim.shape, sim.cm.key, phase, len(L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
-           L.has_output(rank, chunk), cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers)
+    moe = tuple(L.model.moe_layers[i] for i in L.layers_of(rank, chunk))
+    key = (sim.shape, L.moe_layer_shape, sim.cm.key, phase, moe,
+           L.has_embedding(rank, chunk), L.has_output(rank, chunk), cfg.recompute_granularity, cfg.recompute_method,
+           cfg.recompute_num_layers)
     if key not in _STATE["seconds"]:
         _STATE["seconds"][key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration
     return _STATE["seconds"][key]
@@ -223,7 +250,7 @@ def simulate(c: Candidate) -> dict:
     except OutOfMemoryError as exc:
         return {"error": str(exc)}
     b = res.breakdown
-    comm = sum(b[k] for k in ("tp", "cp", "pp", "dp"))
+    comm = sum(b.get(k, 0.0) for k in ("tp", "cp", "ep", "pp", "dp"))
     return {"step_time": res.step_time, "tflops_per_gpu": res.tflops_per_gpu, "mfu": res.mfu, "hfu": res.hfu,
             "tokens_per_second": res.tokens_per_second, "bubble_share": b["bubble"] / res.step_time,
             "exposed_comm_share": comm / res.step_time, "breakdown": b}

@@ -28,6 +28,7 @@ from ..errors import SimcommError
 from ..session import Session
 from .compute_model import ComputeModel
 from .data_parallel.timing import data_parallel_timing
+from .expert_parallel.step_report import expert_groups, moe_breakdown
 from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
@@ -46,8 +47,10 @@ def optimizer_seconds(layout, rank: int, cm) -> float:
     (28 B/param, 24 without a master copy), cast to 16-bit parameters (6 B), the gradient norm (read the
     gradient) and zeroing the gradient buffer."""
     cfg, dims = layout.config, layout.dims
-    n = sum(stage_parameters(layout, rank).values())
-    shard = n / (dims.dp * dims.cp) if layout.sharding.optimizer_state else n
+    params = stage_parameters(layout, rank)
+    n, experts = sum(params.values()), params.get("experts", 0.0)
+    # the routed experts' optimizer state is sharded over their expert-data-parallel group
+    shard = (n - experts) / (dims.dp * dims.cp) + experts / dims.edp if layout.sharding.optimizer_state else n
     adam = (28 if cfg.param_bytes < 4 else 24) + (6 if cfg.param_bytes < 4 else 0)
     zeroed = shard if layout.sharding.gradients else n
     return cm.memory(shard * (adam + cfg.grad_bytes) + zeroed * cfg.grad_bytes, "elementwise")
@@ -79,6 +82,12 @@ class StepModel:
         L, cfg, dims = self.layout, self.cfg, self.dims
         tpls = [{name: self.templates.get(self.cm, dims.ranks(pp=r, dp=0), self.shape, cfg.act_dtype,
                                           cfg.ideal_network, name) for name in PROGRAMS} for r in range(dims.pp)]
+        if L.model.is_moe:
+            for r in range(dims.pp):
+                stage, experts = dims.ranks(pp=r, dp=0), expert_groups(dims, r)
+                tpls[r].update({"moe_" + name: self.templates.get(self.cm, stage, L.moe_layer_shape, cfg.act_dtype,
+                                                                  cfg.ideal_network, name, experts)
+                                for name in PROGRAMS if name.startswith("layer.")})
         self.passes = {(r, c, ph): build_pass(L, r, c, ph, tpls[r]) for r in range(dims.pp)
                        for c in range(L.chunks) for ph in "FB"}
         return self.passes
@@ -178,7 +187,8 @@ class StepModel:
                                    f"{step_time} s")
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
-                          dict(traffic.stats), per_stage, list(ends), traffic.s.sim.interference, traffic.s.sim)
+                          dict(traffic.stats), per_stage, list(ends), traffic.s.sim.interference, traffic.s.sim,
+                          moe_breakdown(self) if L.model.is_moe else {})
 
 
 class _StepEnd:

@@ -24,6 +24,7 @@ class Part:
     phase: str  # forward | backward | recompute
     params: float  # parameters whose gradients this part produces (backward parts only)
     offset: float  # start within the pass
+    expert_params: float = 0.0  # of which routed experts' (reduced over the expert-data-parallel group)
 
 
 @dataclass
@@ -40,19 +41,20 @@ class Pass:
 def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]) -> Pass:
     """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` (Layout.pass_parts) from
     templates `t` (keys layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
-    output.forward/backward)."""
-    per_layer = layout.layer_params
+    output.forward/backward; an MoE layer's the same prefixed moe_)."""
     params = stage_parameters(layout, rank)
     grads = {-1: params["embedding"], -2: params["output"]}
+    moe = layout.model.moe_layers
     parts, at = [], 0.0
-    breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "interference")}
+    breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "ep", "interference")}
     for layer, program, ph in layout.pass_parts(rank, chunk, phase):
-        tpl = t[program]
-        p = grads.get(layer, per_layer) if ph == "backward" else 0.0
-        parts.append(Part(layer, tpl, ph, p, at))
+        tpl = t[("moe_" if layer >= 0 and moe[layer] else "") + program]
+        p = (grads[layer] if layer < 0 else layout.params_of(layer)) if ph == "backward" else 0.0
+        experts = layout.expert_params_of(layer) if layer >= 0 and ph == "backward" else 0.0
+        parts.append(Part(layer, tpl, ph, p, at, experts))
         at += tpl.duration
         breakdown[ph] += tpl.compute
         for axis, v in tpl.exposed.items():
-            breakdown[axis] += v
+            breakdown["ep" if axis == "etp" else axis] += v  # the experts' exchanges, over EP or ETP
         breakdown["interference"] += tpl.interference
     return Pass(tuple(parts), at, breakdown)

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 
 from ..units import format_size
 
-CATEGORIES = ("forward", "backward", "recompute", "tp", "cp", "pp", "dp", "optimizer", "bubble", "interference")
+CATEGORIES = ("forward", "backward", "recompute", "tp", "cp", "ep", "pp", "dp", "optimizer", "bubble",
+              "interference")
 LABELS = {"forward": "forward", "backward": "backward", "recompute": "recompute", "tp": "exposed TP comm",
-          "cp": "exposed CP comm", "pp": "exposed PP comm", "dp": "exposed DP comm", "optimizer": "optimizer",
+          "cp": "exposed CP comm", "ep": "exposed EP comm (MoE dispatch/combine)", "pp": "exposed PP comm",
+          "dp": "exposed DP comm", "optimizer": "optimizer",
           "bubble": "pipeline bubble", "interference": "compute/comm interference"}
 
 
@@ -43,10 +45,13 @@ class StepResult:
     finish: list = field(default_factory=list)  # per stage: when its last work (the optimizer, gathers) ended
     interference: bool = False  # compute and communication shared the GPUs (the breakdown lists its cost)
     simulation: object = field(default=None, repr=False, compare=False)  # the engine it ran on (its records)
+    moe: dict = field(default_factory=dict)  # MoE models: router, experts, dispatch/combine, imbalance
 
     @property
     def categories(self) -> tuple[str, ...]:
-        return CATEGORIES if self.interference else CATEGORIES[:-1]
+        """The breakdown's categories: ep only for a mixture of experts, interference only where modelled."""
+        moe = getattr(getattr(self.layout, "model", None), "is_moe", False)
+        return tuple(k for k in CATEGORIES if (k != "ep" or moe) and (k != "interference" or self.interference))
 
     @property
     def breakdown(self) -> dict[str, float]:
@@ -93,6 +98,7 @@ class StepResult:
                        "worst_stage": worst.rank, "categories": dict(worst.categories),
                        "per_stage": [m.as_dict() for m in self.memory]},
             "passes": self.passes, "traffic": self.traffic, "notes": list(self.notes),
+            **({"moe": self.moe} if self.moe else {}),
         }
 
     def summary_rows(self) -> list[tuple]:

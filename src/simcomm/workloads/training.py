@@ -39,7 +39,8 @@ def _spec_field(f: dataclasses.Field):
     units), default and description; its values are checked once, by TrainingConfig."""
     meta = f.metadata
     optional = "None" in str(f.type)
-    base = {"int": int, "bool": bool, "float": float, "str": str}[str(f.type).split(" |")[0]]
+    base = {"int": int, "bool": bool, "float": float, "str": str,
+            "tuple[float, ...]": list[float]}[str(f.type).split(" |")[0]]
     tp = Literal[meta["choices"]] if meta["choices"] else base
     if meta["kind"] == "size":
         tp = Size
@@ -97,10 +98,42 @@ class _Model(Base):
         return _number(v)
 
 
+# The model's mixture-of-experts and multi-latent-attention fields (Megatron-Core's names; their values are checked
+# by TransformerConfig, whose errors name the field).
+_EXPERT_MODEL_FIELDS = {
+    "num_moe_experts": (int | None, "routed experts per MoE layer (a mixture of experts)"),
+    "moe_ffn_hidden_size": (int | None, "each expert's FFN width (default ffn_hidden_size)"),
+    "moe_router_topk": (int | None, "experts per token"),
+    "moe_shared_expert_intermediate_size": (int | None, "shared experts' total FFN width"),
+    "moe_shared_expert_gate": (bool | None, "a sigmoid gate on the shared expert"),
+    "moe_router_score_function": (Literal["softmax", "sigmoid"] | None, "router scores"),
+    "moe_router_pre_softmax": (bool | None, "softmax over all experts before the top-k"),
+    "moe_router_num_groups": (int | None, "expert groups for group-limited routing"),
+    "moe_router_group_topk": (int | None, "groups a token may use"),
+    "moe_router_topk_scaling_factor": (float | None, "gate multiplier"),
+    "moe_router_enable_expert_bias": (bool | None, "aux-loss-free balancing bias"),
+    "moe_router_bias_update_rate": (float | None, "the bias' update rate"),
+    "moe_router_load_balancing_type": (str | list[str] | None, "aux_loss, seq_aux_loss or none (or a list)"),
+    "moe_aux_loss_coeff": (float | list[float] | None, "load-balancing loss weight (or a list)"),
+    "moe_z_loss_coeff": (float | None, "router z-loss weight"),
+    "moe_expert_capacity_factor": (float | None, "expert capacity (default: dropless)"),
+    "moe_pad_expert_input_to_capacity": (bool | None, "pad every expert to its capacity"),
+    "moe_token_drop_policy": (Literal["probs", "position"] | None, "which tokens an expert over capacity drops"),
+    "moe_layer_freq": (int | list[int] | str | None, "which layers are MoE: N (every N-th), a 0/1 list or its text"),
+    "multi_latent_attention": (bool | None, "multi-latent attention (DeepSeek-V2/V3)"),
+    "q_lora_rank": (int | None, "MLA: query compression rank"),
+    "kv_lora_rank": (int | None, "MLA: key/value compression rank"),
+    "qk_head_dim": (int | None, "MLA: query/key head dimension without RoPE"),
+    "qk_pos_emb_head_dim": (int | None, "MLA: the decoupled RoPE head dimension"),
+    "v_head_dim": (int | None, "MLA: value head dimension"),
+}
+assert set(_EXPERT_MODEL_FIELDS) | set(_Model.model_fields) >= set(MODEL_FIELDS), "a model field has no scenario key"
+
 # The spec: the model fields above, then every TrainingConfig field the step model reads (derived), then the run's
 # own switch.
 TrainingSpec = create_model(
     "TrainingSpec", __base__=_Model, __doc__=_Model.__doc__,
+    **{name: (tp, described(None, doc)) for name, (tp, doc) in _EXPERT_MODEL_FIELDS.items()},
     **{name: _spec_field(FIELDS[name]) for name in STEP_FIELDS},
     check_memory=(bool, described(True, "stop with an out-of-memory error when a GPU overflows")))
 

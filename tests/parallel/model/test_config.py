@@ -37,3 +37,29 @@ def test_unknown_names():
         model_preset("llama3-7b")
     with pytest.raises(ModelConfigError, match="unknown model field"):
         model_preset("llama3-8b", hidden=5)
+
+
+def test_moe_presets():
+    """Mixture-of-experts presets with Megatron-Core's names; active parameters from their published sizes."""
+    mixtral = model_preset("mixtral-8x7b")
+    assert mixtral.is_moe and (mixtral.num_moe_experts, mixtral.moe_router_topk) == (8, 2)
+    assert mixtral.moe_ffn_hidden_size == mixtral.ffn_hidden_size == 14336 and mixtral.num_moe_layers == 32
+    v3 = model_preset("deepseek-v3")
+    assert v3.moe_layers == (False,) * 3 + (True,) * 58 and v3.multi_latent_attention
+    assert v3.query_projection_size == 128 * (128 + 64) and v3.attention_value_size == 128 * 128
+    assert model_preset("qwen3-30b-a3b").moe_ffn_hidden_size == 768
+    assert not model_preset("llama3-8b").is_moe and model_preset("llama3-8b").num_moe_layers == 0
+    # an override of ffn_hidden_size carries a defaulted expert width along
+    assert model_preset("mixtral-8x7b", ffn_hidden_size=8192).moe_ffn_hidden_size == 8192
+
+
+@pytest.mark.parametrize("kwargs,field,message", [
+    (dict(moe_router_topk=9), "moe_router_topk", "more than num_moe_experts"),
+    (dict(add_bias_linear=True), "add_bias_linear", "add_bias_linear=False"),
+    (dict(moe_layer_freq=[1, 0]), "moe_layer_freq", "lists 2 layers but the model has num_layers 32"),
+    (dict(kv_lora_rank=0), "kv_lora_rank", "kv_lora_rank must be a whole number"),
+])
+def test_bad_moe_fields_name_the_field(kwargs, field, message):
+    with pytest.raises(ModelConfigError, match=message) as e:
+        model_preset("mixtral-8x7b", **kwargs)
+    assert e.value.field == field

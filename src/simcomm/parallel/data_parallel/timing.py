@@ -42,18 +42,20 @@ class TimedBucket:
     params: float
     ready: float
     layers: tuple[int, ...]
+    expert_params: float = 0.0  # of which MoE experts' (their own group: expert data parallel)
 
 
 def buckets(backward, size: float | None) -> list[TimedBucket]:
     """Gradient buckets of one chunk from its backward pass, in the order the backward fills them."""
-    out, acc, members = [], 0.0, []
+    out, acc, experts, members = [], 0.0, 0.0, []
     grads = [p for p in backward.parts if p.params > 0]
     for n, p in enumerate(grads):
         acc += p.params
+        experts += p.expert_params
         members.append(p.layer)
         if (size is not None and acc >= size) or n == len(grads) - 1:
-            out.append(TimedBucket(acc, p.offset + p.template.duration, tuple(members)))
-            acc, members = 0.0, []
+            out.append(TimedBucket(acc, p.offset + p.template.duration, tuple(members), experts))
+            acc, experts, members = 0.0, 0.0, []
     return out
 
 
@@ -70,6 +72,9 @@ class DataParallelTiming:
         self.sim = traffic.s.sim
         dims, pp = layout.dims, layout.dims.pp
         self.groups = [[dims.ranks(pp=r, tp=t).reshape(-1) for t in representatives] for r in range(pp)]
+        # MoE experts' gradients and parameters: over each representative's expert-data-parallel group
+        self.expert_groups = [[dims.group_of(int(dims.ranks(pp=r, dp=0, cp=0, tp=t)), "edp") for t in representatives]
+                              for r in range(pp)]
         self.buckets = {(r, c): buckets(passes[(r, c, "B")], layout.bucket_size) for r in range(pp)
                         for c in range(layout.chunks)}
         self.last = [[None] * len(representatives) for _ in range(pp)]  # the last op on each stream
@@ -95,31 +100,45 @@ class DataParallelTiming:
         return []
 
     # ---- the streams ---------------------------------------------------------------------------------------
-    def collective(self, rank: int, kind: str, bytes_per_param: int, params: float, after, tags) -> list:
-        """`kind` over every data-parallel group of pipeline rank `rank`, after `after` and the stream's last op."""
+    def collective(self, rank: int, kind: str, bytes_per_param: int, params: float, after, tags,
+                   experts: bool = False) -> list:
+        """`kind` over every data-parallel group of pipeline rank `rank` (experts: every expert-data-parallel
+        group), after `after` and the stream's last op."""
         out = []
-        for i, group in enumerate(self.groups[rank]):
+        groups = self.expert_groups[rank] if experts else self.groups[rank]
+        for i, group in enumerate(groups):
+            if experts and len(group) == 1:
+                continue  # one rank holds these experts: nothing to reduce
             deps = list(after) + ([self.last[rank][i]] if self.last[rank][i] is not None else [])
             dtype = "float32" if bytes_per_param == 4 else self.cfg.act_dtype
             op = self.traffic.collective(kind, group, params * bytes_per_param, dtype, after=deps,
-                                         tags={"axis": "dp", "stage": rank, **tags})
+                                         tags={"axis": "edp" if experts else "dp", "stage": rank, **tags})
             self.last[rank][i] = op
             out.append(op)
+        return out
+
+    def _bucket_ops(self, rank: int, kind: str, bytes_per_param: int, b: TimedBucket, after, tags) -> list:
+        """A bucket's collective: its dense parameters over data parallel, its experts' over expert data parallel
+        (Megatron-Core's two gradient buffers)."""
+        out = self.collective(rank, kind, bytes_per_param, b.params - b.expert_params, after, tags) \
+            if b.params > b.expert_params else []
+        if b.expert_params:
+            out += self.collective(rank, kind, bytes_per_param, b.expert_params, after, tags, experts=True)
         return out
 
     def reduce_buckets(self, rank: int, chunk: int, at=None) -> None:
         """Reduce every bucket of a chunk, bucket k at at(bucket) (a simulated time) or now."""
         for k, b in enumerate(self.buckets[(rank, chunk)]):
             after = [self.sim.at(at(b))] if at is not None else []
-            self.pending[rank] += self.collective(rank, self.gradient_collective, self.cfg.grad_bytes, b.params, after,
-                                                  {"chunk": chunk, "bucket": k, "phase": "grad_reduce"})
+            self.pending[rank] += self._bucket_ops(rank, self.gradient_collective, self.cfg.grad_bytes, b, after,
+                                                   {"chunk": chunk, "bucket": k, "phase": "grad_reduce"})
 
     def gather_buckets(self, rank: int, chunk: int) -> dict:
         """All-gather every bucket's parameters of a chunk, in forward order: {bucket's layers: its ops}."""
         out = {}
         for k, b in enumerate(reversed(self.buckets[(rank, chunk)])):
-            out[b.layers] = self.collective(rank, "all_gather", self.cfg.param_bytes, b.params, [],
-                                            {"chunk": chunk, "bucket": k, "phase": "param_gather"})
+            out[b.layers] = self._bucket_ops(rank, "all_gather", self.cfg.param_bytes, b, [],
+                                             {"chunk": chunk, "bucket": k, "phase": "param_gather"})
         return out
 
 

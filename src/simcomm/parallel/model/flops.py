@@ -9,14 +9,37 @@ from __future__ import annotations
 
 from .config import TransformerConfig
 from .layer import forward_flops_per_token
+from .moe.flops import megatron_moe_flops_per_token
 
 
 # ---- parameters ------------------------------------------------------------------------------------------------
 def attention_params(c: TransformerConfig) -> int:
-    """QKV and output projections (biases when add_bias_linear): h(q + 2kv) + q h."""
+    """QKV and output projections (biases when add_bias_linear): h(q + 2kv) + q h; with multi-latent attention
+    the down and up projections and their norms."""
+    if c.multi_latent_attention:
+        return _mla_params(c)
     q, kv, h = c.query_projection_size, c.kv_projection_size, c.hidden_size
     bias = (q + 2 * kv + h) if c.add_bias_linear else 0
     return h * (q + 2 * kv) + q * h + bias
+
+
+def _mla_params(c: TransformerConfig) -> int:
+    h, a, dq, dr, dv = c.hidden_size, c.num_attention_heads, c.qk_head_dim, c.qk_pos_emb_head_dim, c.v_head_dim
+    rkv, rq = c.kv_lora_rank, c.q_lora_rank
+    q = h * a * (dq + dr) if rq is None else h * rq + rq + rq * a * (dq + dr)
+    return q + h * (rkv + dr) + rkv + rkv * a * (dq + dv) + a * dv * h
+
+
+def expert_params(c: TransformerConfig) -> int:
+    """An MoE layer's routed experts: E x (h up + f h)."""
+    f = c.moe_ffn_hidden_size
+    return c.num_moe_experts * (c.hidden_size * (2 * f if c.swiglu else f) + f * c.hidden_size)
+
+
+def moe_dense_params(c: TransformerConfig) -> int:
+    """An MoE layer's MLP parameters besides the routed experts: the router, the shared expert and its gate."""
+    h, fs = c.hidden_size, c.moe_shared_expert_intermediate_size or 0
+    return h * c.num_moe_experts + h * (2 * fs if c.swiglu else fs) + fs * h + (h if c.moe_shared_expert_gate else 0)
 
 
 def mlp_params(c: TransformerConfig) -> int:
@@ -32,13 +55,20 @@ def norm_params(c: TransformerConfig) -> int:
     return 2 * c.hidden_size * (2 if c.normalization == "LayerNorm" else 1)
 
 
-def layer_params(c: TransformerConfig) -> int:
-    return attention_params(c) + mlp_params(c) + norm_params(c)
+def layer_params(c: TransformerConfig, moe: bool = False) -> int:
+    """One decoder layer's parameters (an MoE layer's: every expert)."""
+    mlp = moe_dense_params(c) + expert_params(c) if moe else mlp_params(c)
+    return attention_params(c) + mlp + norm_params(c)
 
 
-def layer_params_per_gpu(c: TransformerConfig, tp: int) -> float:
-    """One layer's parameters on one GPU of a TP group: its matrices (and their biases) split, its norms whole."""
-    return (attention_params(c) + mlp_params(c)) / tp + norm_params(c)
+def layer_params_per_gpu(c: TransformerConfig, tp: int, moe: bool = False, ep: int = 1, etp: int = 1) -> float:
+    """One layer's parameters on one GPU of a TP group: its matrices (and their biases) split, its norms whole; an
+    MoE layer's router and gate whole, shared expert split over TP, routed experts over EP x ETP."""
+    if not moe:
+        return (attention_params(c) + mlp_params(c)) / tp + norm_params(c)
+    router = c.hidden_size * (c.num_moe_experts + (1 if c.moe_shared_expert_gate else 0))
+    return (attention_params(c) + moe_dense_params(c) - router) / tp + router + norm_params(c) + \
+        expert_params(c) / (ep * etp)
 
 
 def embedding_params(c: TransformerConfig) -> int:
@@ -55,7 +85,7 @@ def output_params(c: TransformerConfig) -> int:
 
 def parameter_count(c: TransformerConfig) -> int:
     """Every parameter of the model."""
-    return c.num_layers * layer_params(c) + embedding_params(c) + output_params(c)
+    return sum(layer_params(c, moe) for moe in c.moe_layers) + embedding_params(c) + output_params(c)
 
 
 def narayanan_parameters(c: TransformerConfig) -> float:
@@ -72,10 +102,24 @@ def logits_forward_flops_per_token(c: TransformerConfig) -> float:
 def megatron_flops_per_token(c: TransformerConfig, causal: bool = False) -> float:
     """Megatron-LM's num_floating_point_operations per token (forward + backward, no recompute):
     12 L h^2 [(1 + g/a + s/h) q/h + (f/h)(3/2 if SwiGLU else 1) + V/(2Lh)], s/h halved when causal."""
+    if c.is_moe or c.multi_latent_attention:
+        return _megatron_moe_flops_per_token(c, causal)
     L, h, a, g = c.num_layers, c.hidden_size, c.num_attention_heads, c.num_query_groups
     s, V, f, q = c.seq_length, c.padded_vocab_size, c.ffn_hidden_size, c.query_projection_size
     attn = (1 + g / a + (s / h) * (0.5 if causal else 1.0)) * (q / h)
     return 12.0 * L * h * h * (attn + (f / h) * (1.5 if c.swiglu else 1.0) + V / (2 * L * h))
+
+
+def _megatron_moe_flops_per_token(c: TransformerConfig, causal: bool) -> float:
+    """Megatron's count for MoE and MLA models: three times every layer's forward GEMMs per token (attention's from
+    the layer's description, so MLA's projections), an MoE layer's MLP as its active parameters (the top-k routed
+    experts and the shared expert: moe/flops.py; not the router), a dense layer's 12 h f (3/2 with SwiGLU), and
+    the logits 6 h V."""
+    groups = forward_flops_per_token(c, causal)
+    attention = 3.0 * (groups["qkv"] + groups["core_attention"] + groups["proj"])
+    dense_mlp = 12.0 * c.hidden_size * c.ffn_hidden_size * (1.5 if c.swiglu else 1.0)
+    mlp = sum(megatron_moe_flops_per_token(c.hidden_size, c) if moe else dense_mlp for moe in c.moe_layers)
+    return c.num_layers * attention + mlp + 3.0 * logits_forward_flops_per_token(c)
 
 
 def narayanan_flops_per_token(c: TransformerConfig, recompute: bool = False) -> float:

@@ -23,6 +23,10 @@ import numpy as np
 
 from . import layers as L
 from .config import ModelConfigError, TransformerConfig
+from .moe.balance import routed_counts
+from .moe.experts import shared_expert_backward, shared_expert_forward
+from .moe.layer import (FC1, FC2, ROUTER, SHARED_FC1, SHARED_FC2, SHARED_GATE, LocalExperts, activation_kernel,
+                        moe_backward, moe_forward, moe_param_shapes)
 from .tensor import Meta, concat, is_meta, value
 
 
@@ -31,9 +35,10 @@ from .tensor import Meta, concat, is_meta, value
 class ParamSpec:
     """A parameter's full shape and how tensor parallelism splits it.
 
-    split: None (replicated on every TP rank), "column" (last axis), "row" (first axis) or "vocab" (first axis of
-    an embedding table). sequence_parallel: replicated, but under sequence parallelism each TP rank computes only
-    its share of the gradient (LayerNorms and row-parallel biases: Megatron all-reduces them over TP).
+    split: None (replicated on every TP rank), "column" (last axis), "row" (the input axis: first of a matrix, second
+    of an expert's stacked [E, in, out]) or "vocab" (first axis of an embedding table). sequence_parallel:
+    replicated, but under sequence parallelism each TP rank computes only its share of the gradient (LayerNorms
+    and row-parallel biases: Megatron all-reduces them over TP).
     """
 
     shape: tuple[int, ...]
@@ -42,6 +47,7 @@ class ParamSpec:
     sequence_parallel: bool = False
     decay: bool = False  # weight decay applies (weights, not biases or norms)
     init: str = "normal"  # "normal", "scaled" (output projections), "zeros", "ones"
+    expert: bool = False  # an MoE layer's experts [E, ...]: split over EP (axis 0), then column/row over ETP
 
 
 def check_numeric(config: TransformerConfig) -> None:
@@ -49,6 +55,7 @@ def check_numeric(config: TransformerConfig) -> None:
     unsupported = [(config.swiglu, "swiglu"), (config.normalization != "LayerNorm", f"normalization="
                    f"{config.normalization}"), (config.position_embedding_type != "learned_absolute",
                    f"position_embedding_type={config.position_embedding_type}")]
+    unsupported.append((config.multi_latent_attention, "multi_latent_attention (its decoupled RoPE needs rope)"))
     named = [name for bad, name in unsupported if bad]
     if named:
         raise ModelConfigError(f"the numeric GPT implements LayerNorm, a GELU MLP and learned absolute positions; "
@@ -84,6 +91,9 @@ def param_specs(config: TransformerConfig) -> dict[str, ParamSpec]:
             "mlp.linear_fc2.weight": ParamSpec((f, h), u, "row", decay=True, init="scaled"),
             "mlp.linear_fc2.bias": ParamSpec((h,), u, None, True, init="zeros"),
         }
+        if config.moe_layers[i]:
+            layer = {k: v for k, v in layer.items() if not k.startswith("mlp.")}
+            layer.update(_moe_specs(config, u))
         specs.update({pre + k: v for k, v in layer.items() if bias or not k.endswith("linear_qkv.bias") and
                       not k.endswith("linear_proj.bias") and not k.endswith("fc1.bias") and
                       not k.endswith("fc2.bias")})
@@ -92,6 +102,22 @@ def param_specs(config: TransformerConfig) -> dict[str, ParamSpec]:
     if config.untie_embeddings_and_output_weights:
         specs["output_layer.weight"] = ParamSpec((config.padded_vocab_size, h), "head", "vocab", decay=True)
     return specs
+
+
+def _moe_specs(config: TransformerConfig, unit: str) -> dict[str, ParamSpec]:
+    """An MoE layer's parameters under `mlp.` (Megatron-Core's names, moe/layer.py): the router (replicated; its
+    gradient is summed over TP under sequence parallelism, each TP rank routing its share of the tokens), the
+    experts (split over EP and ETP), the shared expert (split over TP like a dense MLP) and its gate."""
+    shapes = moe_param_shapes(config.hidden_size, config)
+    specs = {ROUTER: ParamSpec(shapes[ROUTER], unit, None, True, decay=True),
+             FC1: ParamSpec(shapes[FC1], unit, "column", decay=True, expert=True),
+             FC2: ParamSpec(shapes[FC2], unit, "row", decay=True, init="scaled", expert=True)}
+    if SHARED_FC1 in shapes:
+        specs[SHARED_FC1] = ParamSpec(shapes[SHARED_FC1], unit, "column", decay=True)
+        specs[SHARED_FC2] = ParamSpec(shapes[SHARED_FC2], unit, "row", decay=True, init="scaled")
+    if SHARED_GATE in shapes:
+        specs[SHARED_GATE] = ParamSpec(shapes[SHARED_GATE], unit, None, True, decay=True)
+    return {"mlp." + k: v for k, v in specs.items()}
 
 
 WORD = "embedding.word_embeddings.weight"
@@ -114,25 +140,42 @@ def init_params(config: TransformerConfig, seed: int = 0, dtype="float64", std: 
     return out
 
 
-def shard(full: np.ndarray, spec: ParamSpec, tp_size: int, tp_rank: int) -> np.ndarray:
-    """This TP rank's part of a full parameter (a copy)."""
+def _split_axis(spec: ParamSpec) -> int:
+    """The axis tensor parallelism cuts: the last (column), the input axis (row: the second-to-last), the first
+    (vocab)."""
+    return {"column": len(spec.shape) - 1, "row": len(spec.shape) - 2, "vocab": 0}[spec.split]
+
+
+def shard(full: np.ndarray, spec: ParamSpec, tp_size: int, tp_rank: int, ep_size: int = 1,
+          ep_rank: int = 0) -> np.ndarray:
+    """This rank's part of a full parameter (a copy): its TP part, or for experts (tp = ETP) its EP rank's experts'
+    ETP part."""
+    if spec.expert and ep_size > 1:
+        full = np.split(full, ep_size, axis=0)[ep_rank]
     if spec.split is None or tp_size == 1:
         return np.array(full, copy=True)
-    axis = -1 if spec.split == "column" else 0
-    return np.array(np.split(full, tp_size, axis=axis)[tp_rank], copy=True)
+    return np.array(np.split(full, tp_size, axis=_split_axis(spec))[tp_rank], copy=True)
 
 
-def unshard(parts: list, spec: ParamSpec) -> np.ndarray:
-    """The full parameter from every TP rank's part (in TP rank order)."""
+def unshard(parts: list, spec: ParamSpec, ep_size: int = 1) -> np.ndarray:
+    """The full parameter from every rank's part: TP parts in TP rank order; for experts, ep_size runs of ETP
+    parts, one per EP rank in order."""
+    if spec.expert and ep_size > 1:
+        per = len(parts) // ep_size
+        return np.concatenate([unshard(parts[i * per:(i + 1) * per], spec) for i in range(ep_size)], axis=0)
     if spec.split is None or len(parts) == 1:
         return parts[0]
-    return np.concatenate(parts, axis=-1 if spec.split == "column" else 0)
+    return np.concatenate(parts, axis=_split_axis(spec))
 
 
-def local_shape(spec: ParamSpec, tp_size: int) -> tuple[int, ...]:
+def local_shape(spec: ParamSpec, tp_size: int, ep_size: int = 1) -> tuple[int, ...]:
     shape = list(spec.shape)
+    if spec.expert:
+        if shape[0] % ep_size:
+            raise ModelConfigError(f"{shape[0]} experts do not split over {ep_size} expert-parallel ranks")
+        shape[0] //= ep_size
     if spec.split is not None:
-        axis = len(shape) - 1 if spec.split == "column" else 0
+        axis = _split_axis(spec)
         if shape[axis] % tp_size:
             raise ModelConfigError(f"a {spec.split}-parallel parameter of shape {spec.shape} does not split over "
                                    f"{tp_size} tensor-parallel ranks")
@@ -225,10 +268,26 @@ class ChunkContext:
     fl: L.Flops = field(default_factory=L.Flops)
     tied: bool = True  # logits use the word embeddings (or this chunk's copy of them)
     kernels: object = None  # numeric_compute.KernelCharges: the time of each kernel run (None: no clock)
+    # -- MoE layers
+    experts: object = None  # where routed rows meet their experts: LocalExperts, or expert_parallel's exchanges
+    moe: object = None  # the settings the MoE layers route with (default: config; the z-loss scaled under TP x CP)
+    reduce_counts: object = None  # sums per-expert counts over the ranks that share a micro-batch's sequence
+    expert_bias: dict = field(default_factory=dict)  # MoE layer -> its expert bias (aux-loss-free balancing)
+    routed: dict = field(default_factory=dict)  # MoE layer -> tokens per expert this rank routed since cleared
+    routing_shares: object = None  # size-only runs: each expert's share of the routed rows (None: balanced)
 
     def __post_init__(self):
         if self.attention is None:
             self.attention = LocalAttention(self.positions, self.fl, self.charge)
+        if self.experts is None:
+            self.experts = LocalExperts()
+        if self.moe is None:
+            self.moe = self.config
+
+    def charge_moe(self, name: str, counts=None) -> None:
+        """Charge an MoE kernel: the expert GEMMs at the rows each local expert really computes."""
+        if self.kernels is not None:
+            self.kernels.charge_moe(name, counts)
 
     def charge(self, name: str, share: float = 1.0) -> None:
         """Charge the time of kernel `name` of the layer's programs (nothing without a clock)."""
@@ -277,6 +336,7 @@ class GPTChunk:
         """Run microbatch `key`: ids [s, b] if pre, else the input x [s', b, h]. Returns the output activations,
         or (if post) the loss: per-token cross-entropy summed and multiplied by loss_scale."""
         saved = []
+        self._loss_scale = loss_scale
         if self.pre:
             x, c = self._unit(FORWARD, "embedding", self._embed, ids)
             saved.append(c)
@@ -365,8 +425,16 @@ class GPTChunk:
         charge("attention_residual")
         ln2, c_ln2 = L.layernorm(x, self._p(p + "pre_mlp_layernorm.weight"), self._p(p + "pre_mlp_layernorm.bias"))
         charge("pre_mlp_norm")
+        y2, c_mlp = (self._moe if self.ctx.config.moe_layers[i] else self._mlp)(i, ln2)
+        charge("mlp_residual")
+        return x + y2, (c_ln1, a_kept, c_attn, o, c_ln2, c_mlp)
+
+    def _mlp(self, i, ln2):
+        p, tp, fl, charge = f"decoder.layers.{i}.", self.ctx.tp, self.ctx.fl, self.ctx.charge
+        bias = self.ctx.config.add_bias_linear
         m_in, m_kept = tp.column_in(ln2)
-        h1 = L.linear(m_in, self._p(p + "mlp.linear_fc1.weight"), b("mlp.linear_fc1.bias"), fl)
+        h1 = L.linear(m_in, self._p(p + "mlp.linear_fc1.weight"), self._p(p + "mlp.linear_fc1.bias") if bias else None,
+                      fl)
         charge("fc1")
         g, c_gelu = L.gelu(h1)
         charge("gelu")
@@ -375,19 +443,13 @@ class GPTChunk:
         y2 = tp.row_out(fc2)
         if bias:
             y2 = y2 + self._p(p + "mlp.linear_fc2.bias")
-        charge("mlp_residual")
-        return x + y2, (c_ln1, a_kept, c_attn, o, c_ln2, m_kept, c_gelu, g)
+        return y2, (m_kept, c_gelu, g)
 
-    def _layer_backward(self, i, saved, dx):
-        p, tp, fl = f"decoder.layers.{i}.", self.ctx.tp, self.ctx.fl
-        bias = self.ctx.config.add_bias_linear
-        gb = (lambda n: self._g(p + n)) if bias else (lambda n: None)
-        c_ln1, a_kept, c_attn, o, c_ln2, m_kept, c_gelu, g = saved
-        charge = self.ctx.charge
-        # MLP
-        if bias:
-            _bias_grad(gb("mlp.linear_fc2.bias"), dx)
-        charge("mlp_residual.backward")
+    def _mlp_backward(self, i, saved, dx):
+        p, tp, fl, charge = f"decoder.layers.{i}.", self.ctx.tp, self.ctx.fl, self.ctx.charge
+        gb = (lambda n: self._g(p + n)) if self.ctx.config.add_bias_linear else (lambda n: None)
+        m_kept, c_gelu, g = saved
+        _bias_grad(gb("mlp.linear_fc2.bias"), dx)
         dy2 = tp.row_out_backward(dx)
         dg = L.linear_backward(g, self._p(p + "mlp.linear_fc2.weight"), dy2, self._g(p + "mlp.linear_fc2.weight"),
                                fl=fl)
@@ -398,7 +460,43 @@ class GPTChunk:
         dm_in = L.linear_backward(m_in, self._p(p + "mlp.linear_fc1.weight"), dh1,
                                   self._g(p + "mlp.linear_fc1.weight"), gb("mlp.linear_fc1.bias"), fl=fl)
         charge("fc1.dgrad"), charge("fc1.wgrad")
-        dln2 = tp.column_in_backward(dm_in)
+        return tp.column_in_backward(dm_in)
+
+    # ---- an MoE layer's MLP (moe/layer.py; its experts where ctx.experts puts them) ------------------------------
+    def _moe_params(self, i, get) -> dict:
+        pre = f"decoder.layers.{i}.mlp."
+        return {k: get(pre + k) for k in moe_param_shapes(self.ctx.config.hidden_size, self.ctx.config)}
+
+    def _moe(self, i, ln2):
+        ctx = self.ctx
+        params = self._moe_params(i, self._p)
+        routed = None
+        if is_meta(ln2) and ctx.routing_shares is not None:
+            routed = routed_counts(ln2.shape[0] * ln2.shape[1], ctx.config.moe_router_topk, ctx.routing_shares)
+        y, saved = moe_forward(ln2, params, ctx.moe, ctx.expert_bias.get(i), ctx.fl, routed, ctx.reduce_counts,
+                               ctx.experts, _TensorParallelShared(ctx, params), ctx.charge_moe)
+        if i in ctx.routed:
+            ctx.routed[i] = ctx.routed[i] + saved.tokens_per_expert
+        # one unit of auxiliary loss weighs as one micro-batch's mean loss: its tokens times the loss scale
+        weight = ln2.shape[1] * ctx.config.seq_length * self._loss_scale
+        return y, (saved, weight, params)
+
+    def _moe_backward(self, i, cache, dx):
+        saved, weight, params = cache
+        ctx = self.ctx
+        grads = self._moe_params(i, self._g)
+        return moe_backward(dx, saved, self._moe_params(i, self._p), grads, ctx.moe, ctx.fl, weight, ctx.experts,
+                            _TensorParallelShared(ctx, params), ctx.charge_moe)
+
+    def _layer_backward(self, i, saved, dx):
+        p, tp, fl = f"decoder.layers.{i}.", self.ctx.tp, self.ctx.fl
+        bias = self.ctx.config.add_bias_linear
+        gb = (lambda n: self._g(p + n)) if bias else (lambda n: None)
+        c_ln1, a_kept, c_attn, o, c_ln2, c_mlp = saved
+        charge = self.ctx.charge
+        # MLP
+        charge("mlp_residual.backward")
+        dln2 = (self._moe_backward if self.ctx.config.moe_layers[i] else self._mlp_backward)(i, c_mlp, dx)
         dx = dx + L.layernorm_backward(dln2, c_ln2, self._p(p + "pre_mlp_layernorm.weight"),
                                        self._g(p + "pre_mlp_layernorm.weight"), self._g(p + "pre_mlp_layernorm.bias"))
         charge("pre_mlp_norm.backward"), charge("attention_residual.backward")
@@ -481,6 +579,45 @@ class GPTChunk:
                                   self._g("decoder.final_layernorm.weight"), self._g("decoder.final_layernorm.bias"))
         charge("final_norm.backward")
         return dx
+
+
+class _TensorParallelShared:
+    """An MoE layer's shared expert under tensor parallelism, as a dense MLP: its input gathered along the sequence
+    (SP) before the column-parallel FC1, its output reduced (reduce-scattered) after the row-parallel FC2; the
+    input kept split and gathered again for the backward, as Megatron does. The identity mappings on one rank."""
+
+    def __init__(self, ctx: ChunkContext, params: dict):
+        self.tp, self.moe, self.fl, self.charge, self.p = ctx.tp, ctx.config, ctx.fl, ctx.charge_moe, params
+
+    def forward(self, x2):
+        p = self.p
+        m_in, kept = self.tp.column_in(x2)
+        y, (c, gated) = shared_expert_forward(m_in, p[SHARED_FC1], p[SHARED_FC2], self.moe.swiglu, p.get(SHARED_GATE),
+                                              self.fl)
+        for name in ("shared_expert.fc1", activation_kernel("shared_expert", self.moe), "shared_expert.fc2") + \
+                (("shared_expert.gate",) if gated else ()):
+            self.charge(name)
+        # the gathered input is not kept (gathered again in the backward)
+        c = (None,) + c[1:]
+        gated = None if gated is None else (None,) + gated[1:]
+        return self.tp.row_out(y), (c, gated, kept)
+
+    def backward(self, dy2, cache, grads):
+        c, gated, kept = cache
+        p = self.p
+        dy = self.tp.row_out_backward(dy2)
+        m_in = self.tp.column_in_recover(kept)
+        c = (m_in,) + c[1:]
+        gated = None if gated is None else (m_in,) + gated[1:]
+        dm_in = shared_expert_backward(dy, (c, gated), p[SHARED_FC1], p[SHARED_FC2], grads[SHARED_FC1],
+                                       grads[SHARED_FC2], self.moe.swiglu, p.get(SHARED_GATE), grads.get(SHARED_GATE),
+                                       self.fl)
+        for name in ("shared_expert.fc2.dgrad", "shared_expert.fc2.wgrad",
+                     activation_kernel("shared_expert", self.moe) + ".backward",
+                     "shared_expert.fc1.dgrad", "shared_expert.fc1.wgrad") + \
+                (("shared_expert.gate.dgrad", "shared_expert.gate.wgrad") if gated else ()):
+            self.charge(name)
+        return self.tp.column_in_backward(dm_in)
 
 
 def _bias_grad(db, dy) -> None:

@@ -35,6 +35,12 @@ class LayerShape:
     flash: bool = True
     tp_comm_overlap: bool = False
     elem: int = 2  # activation bytes
+    # an MoE layer (moe/ops.py): expert parallelism, the routing (each expert's share; empty: balanced), grouped GEMMs
+    moe: bool = False
+    ep: int = 1
+    etp: int = 1
+    routing: tuple[float, ...] = ()
+    grouped_gemm: bool = True
 
     @property
     def tokens(self) -> int:
@@ -68,9 +74,10 @@ class Linear:
     m: int
     n: int
     k: int
-    parallel: str
+    parallel: str  # column | row | none (replicated: no TP communication)
     group: str
     saves: tuple[tuple[str, float], ...] = ()
+    gathered: int = 0  # width of the input a column-parallel layer gathers under SP (0: hidden_size)
 
     @property
     def flops(self) -> float:
@@ -91,7 +98,7 @@ class CoreAttention:
     heads: int
     sq: int
     skv: int
-    head_dim: int
+    head_dim: float
     flash: bool
     dropout: bool
     saves: tuple[tuple[str, float], ...] = ()
@@ -118,43 +125,83 @@ def decoder_layer(shape: LayerShape) -> tuple:
     same few shapes thousands of times."""
     c, t = shape.model, shape.tp
     T, Ts, h, e = shape.tokens, shape.sp_tokens, c.hidden_size, shape.elem
-    q, kv, f = c.query_projection_size // t, c.kv_projection_size // t, c.ffn_hidden_size // t
-    up = 2 * f if c.swiglu else f
     drop = 1 if c.hidden_dropout > 0 else 0
     mask = (("hidden_dropout_masks", Ts * h),) if drop else ()  # one byte per element, after each residual
-    ops = [Pointwise("input_norm", 2 * Ts * h * e, 3 * Ts * h * e, "norm", (("input_norm_input", Ts * h * e),)),
-           Linear("qkv", T, q + 2 * kv, h, "column", "qkv", (("qkv_input", Ts * h * e),))]
+    ops = [Pointwise("input_norm", 2 * Ts * h * e, 3 * Ts * h * e, "norm", (("input_norm_input", Ts * h * e),))]
+    ops += _mla_projections(shape) if c.multi_latent_attention else _qkv(shape)
+    ops += [_core_attention(shape),
+            Linear("proj", T, h, c.attention_value_size // t, "row", "proj"),
+            Pointwise("attention_residual", Ts * h * (3 * e + drop), 2 * Ts * h * e, saves=mask),
+            Pointwise("pre_mlp_norm", 2 * Ts * h * e, 3 * Ts * h * e, "norm", (("pre_mlp_norm_input", Ts * h * e),))]
+    if shape.moe:
+        from .moe.ops import moe_mlp  # (moe/ops.py builds on this module's operations)
+        ops += moe_mlp(shape, Linear, Pointwise)
+    else:
+        f = c.ffn_hidden_size // t
+        up = 2 * f if c.swiglu else f
+        ops += [Linear("fc1", T, up, h, "column", "mlp", (("fc1_input", Ts * h * e),)),
+                Pointwise("swiglu" if c.swiglu else "gelu", T * (up + f) * e, T * (2 * up + f) * e,
+                          saves=(("activation_input", T * up * e),)),
+                Linear("fc2", T, h, f, "row", "mlp", (("fc2_input", T * f * e),))]
+    ops.append(Pointwise("mlp_residual", Ts * h * (3 * e + drop), 2 * Ts * h * e, saves=mask))
+    return tuple(ops)
+
+
+def _qkv(shape: LayerShape) -> list:
+    c, t, T, Ts, h, e = shape.model, shape.tp, shape.tokens, shape.sp_tokens, shape.model.hidden_size, shape.elem
+    q, kv = c.query_projection_size // t, c.kv_projection_size // t
+    ops = [Linear("qkv", T, q + 2 * kv, h, "column", "qkv", (("qkv_input", Ts * h * e),))]
     if c.position_embedding_type == "rope":
         ops.append(Pointwise("rope", 2 * T * (q + kv) * e, 2 * T * (q + kv) * e))
-    ops += [_core_attention(shape, q, kv),
-            Linear("proj", T, h, q, "row", "proj"),
-            Pointwise("attention_residual", Ts * h * (3 * e + drop), 2 * Ts * h * e, saves=mask),
-            Pointwise("pre_mlp_norm", 2 * Ts * h * e, 3 * Ts * h * e, "norm", (("pre_mlp_norm_input", Ts * h * e),)),
-            Linear("fc1", T, up, h, "column", "mlp", (("fc1_input", Ts * h * e),)),
-            Pointwise("swiglu" if c.swiglu else "gelu", T * (up + f) * e, T * (2 * up + f) * e,
-                      saves=(("activation_input", T * up * e),)),
-            Linear("fc2", T, h, f, "row", "mlp", (("fc2_input", T * f * e),)),
-            Pointwise("mlp_residual", Ts * h * (3 * e + drop), 2 * Ts * h * e, saves=mask)]
-    return tuple(ops)
+    return ops
+
+
+def _mla_projections(shape: LayerShape) -> list:
+    """Multi-latent attention (Megatron-Core's MLASelfAttention): queries and keys/values compressed by down
+    projections every TP rank runs on its own tokens (q_lora_rank; kv_lora_rank plus the shared RoPE key), normed,
+    gathered along the sequence (SP) and expanded by column-parallel up projections; RoPE on the decoupled dims."""
+    c, t, T, Ts, h, e = shape.model, shape.tp, shape.tokens, shape.sp_tokens, shape.model.hidden_size, shape.elem
+    a, dq, dr, dv, rkv = c.num_attention_heads // t, c.qk_head_dim, c.qk_pos_emb_head_dim, c.v_head_dim, c.kv_lora_rank
+    ops = []
+    if c.q_lora_rank is None:
+        ops.append(Linear("q", T, a * (dq + dr), h, "column", "qkv", (("q_input", Ts * h * e),)))
+    else:
+        rq = c.q_lora_rank
+        ops += [Linear("q_down", Ts, rq, h, "none", "qkv", (("q_down_input", Ts * h * e),)),
+                Pointwise("q_norm", 2 * Ts * rq * e, 3 * Ts * rq * e, "norm", (("q_norm_input", Ts * rq * e),)),
+                Linear("q_up", T, a * (dq + dr), rq, "column", "qkv", (("q_up_input", Ts * rq * e),), gathered=rq)]
+    ops += [Linear("kv_down", Ts, rkv + dr, h, "none", "qkv", (("kv_down_input", Ts * h * e),)),
+            Pointwise("kv_norm", 2 * Ts * rkv * e, 3 * Ts * rkv * e, "norm", (("kv_norm_input", Ts * rkv * e),)),
+            Linear("kv_up", T, a * (dq + dv), rkv, "column", "qkv", (("kv_up_input", Ts * rkv * e),), gathered=rkv),
+            Pointwise("rope", 2 * T * (a + 1) * dr * e, 2 * T * (a + 1) * dr * e)]
+    return ops
 
 
 SELECTIVE = ("softmax_logsumexp", "softmax_output", "attention_dropout_mask", "attention_dropout_output")
 
 
-def _core_attention(shape: LayerShape, q: int, kv: int) -> CoreAttention:
+def _core_attention(shape: LayerShape) -> CoreAttention:
+    """Core attention; with MLA the queries and keys have qk_head_dim + qk_pos_emb_head_dim per head and the values
+    v_head_dim: head_dim is their mean, so the FLOPs (scores and x V) add up."""
     c, t, e, T = shape.model, shape.tp, shape.elem, shape.tokens
     heads, b = c.num_attention_heads // t, shape.micro_batch_size
     sq, skv = c.seq_length // shape.cp, c.seq_length
     drop = c.attention_dropout > 0
-    saves = (("query_key_value", T * (q + 2 * kv) * e),)
+    q = c.query_projection_size // t
+    if c.multi_latent_attention:
+        qkv, out, head_dim = heads * (2 * (c.qk_head_dim + c.qk_pos_emb_head_dim) + c.v_head_dim), heads * \
+            c.v_head_dim, (c.qk_head_dim + c.qk_pos_emb_head_dim + c.v_head_dim) / 2
+    else:
+        qkv, out, head_dim = q + 2 * c.kv_projection_size // t, q, c.kv_channels
+    saves = (("query_key_value", T * qkv * e),)
     if shape.flash:
-        saves += (("attention_output", T * q * e), ("softmax_logsumexp", T * heads * 4))
+        saves += (("attention_output", T * out * e), ("softmax_logsumexp", T * heads * 4))
     else:
         scores = b * heads * sq * skv
         saves += (("softmax_output", scores * e),)
         saves += (("attention_dropout_mask", scores), ("attention_dropout_output", scores * e)) if drop else ()
-        saves += (("attention_output", T * q * e),)
-    return CoreAttention(b, heads, sq, skv, c.kv_channels, shape.flash, drop, saves)
+        saves += (("attention_output", T * out * e),)
+    return CoreAttention(b, heads, sq, skv, head_dim, shape.flash, drop, saves)
 
 
 def saved_tensors(shape: LayerShape, recompute: str | None = None) -> dict[str, float]:
@@ -176,7 +223,8 @@ def forward_flops_per_token(c: TransformerConfig, causal: bool = False) -> dict[
     out = {"qkv": 0.0, "core_attention": 0.0, "proj": 0.0, "mlp": 0.0}
     for op in decoder_layer(LayerShape(c, 1, 1, False, 1)):
         if isinstance(op, (Linear, CoreAttention)):
-            out[op.group] += op.flops_per_token * (0.5 if causal and op.group == "core_attention" else 1.0)
+            out[op.group] = out.get(op.group, 0.0) + op.flops_per_token * (0.5 if causal and
+                                                                           op.group == "core_attention" else 1.0)
     return out
 
 

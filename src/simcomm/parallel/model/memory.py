@@ -50,11 +50,15 @@ def bytes_per_parameter(param_bytes: int, grad_bytes: int, zero_stage: int, shar
 
 
 def stage_parameters(layout, rank: int) -> dict[str, float]:
-    """Parameters one GPU of pipeline rank `rank` holds: decoder layers (TP-split matrices, replicated norms),
-    the embedding on the first rank, the output layer on the last (tied weights: a copy when pp > 1)."""
+    """Parameters one GPU of pipeline rank `rank` holds: decoder layers (TP-split matrices, replicated norms), an
+    MoE model's routed experts apart, the embedding on the first rank, the output layer on the last (tied weights:
+    a copy when pp > 1)."""
     c, tp = layout.model, layout.dims.tp
-    layers = sum(len(layout.layers_of(rank, ch)) for ch in range(layout.chunks))
-    out = {"layers": layers * layout.layer_params, "embedding": 0.0, "output": 0.0}
+    layers = [i for ch in range(layout.chunks) for i in layout.layers_of(rank, ch)]
+    experts = sum(layout.expert_params_of(i) for i in layers)
+    out = {"layers": sum(layout.params_of(i) for i in layers) - experts, "embedding": 0.0, "output": 0.0}
+    if c.is_moe:
+        out["experts"] = experts  # the routed experts: sharded over EP x ETP, reduced over expert data parallel
     table = c.padded_vocab_size * c.hidden_size / tp
     if rank == 0:
         out["embedding"] = table + (embedding_params(c) - c.padded_vocab_size * c.hidden_size)
@@ -109,10 +113,11 @@ def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> floa
     """Bytes one micro-batch leaves on this GPU after the forward of model chunk `chunk`."""
     cfg, c = layout.config, layout.model
     layers = layout.layers_of(rank, chunk)
-    full = layer_activation_bytes(shape, cfg.recompute_granularity if cfg.recompute_granularity != "full" else None)
     kept = layer_activation_bytes(shape, "full") if cfg.recompute_granularity == "full" else 0.0
     total = 0.0
-    for i, _layer in enumerate(layers):
+    for i, layer in enumerate(layers):
+        full = layer_activation_bytes(layout.shape_of(layer), cfg.recompute_granularity
+                                      if cfg.recompute_granularity != "full" else None)
         if cfg.recompute_granularity == "full":
             n = cfg.recompute_num_layers or 1
             if cfg.recompute_method == "block":
@@ -189,8 +194,12 @@ def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> Stage
     shape = layout.layer_shape
     params = stage_parameters(layout, rank)
     n = sum(params.values())
+    experts = params.get("experts", 0.0)
     per = bytes_per_parameter(cfg.param_bytes, cfg.grad_bytes, cfg.stage, layout.data_parallel_shards)
-    cats = {k: v * n for k, v in per.items()}
+    # the experts' state is sharded over their own data-parallel group (edp), as Megatron-Core's distributed
+    # optimizer keeps a second buffer for them
+    per_expert = bytes_per_parameter(cfg.param_bytes, cfg.grad_bytes, cfg.stage, dims.edp)
+    cats = {k: v * (n - experts) + per_expert[k] * experts for k, v in per.items()}
     if fp8:
         cats["weights"] += 2 * n  # FP8 copies of the weights and their transposes (Transformer Engine)
     per_chunk = [_chunk_activations(layout, shape, rank, ch) for ch in range(layout.chunks)]

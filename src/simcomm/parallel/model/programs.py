@@ -24,14 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .layer import CoreAttention, LayerShape, Linear, Pointwise, decoder_layer
+from .moe.ops import GroupedLinear, TokenExchange
 
-GEMM, ATTENTION, MEMORY = "gemm", "attention", "memory"
+GEMM, GROUPED_GEMM, ATTENTION, MEMORY = "gemm", "grouped_gemm", "attention", "memory"
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel: a GEMM (shape = (M, N, K)), flash attention (shape = (batch x heads, queries, real FLOPs,
-    'forward' | 'backward')) or a memory-bound op (shape = (bytes, op class))."""
+    """One kernel: a GEMM (shape = (M, N, K)), a grouped GEMM (shape = (rows per expert, N, K, wgrad)), flash
+    attention (shape = (batch x heads, queries, real FLOPs, 'forward' | 'backward')) or a memory-bound op
+    (shape = (bytes, op class))."""
 
     name: str
     kind: str
@@ -41,14 +43,17 @@ class Kernel:
 
 @dataclass(frozen=True)
 class LayerComm:
-    """Communication beside the compute: a collective over the GPU's TP group (nbytes = nccl-tests' S), or
-    `steps` ring sends of nbytes each to the next CP rank."""
+    """Communication beside the compute: a collective over the GPU's TP, EP or ETP group (nbytes = nccl-tests' S),
+    or `steps` ring sends of nbytes each to the next CP rank. An EP all-to-all sends per_peer[j] bytes from every
+    rank to EP rank j (`back`: the transposed exchange, rank j returning them)."""
 
     name: str
-    axis: str  # "tp" or "cp"
-    collective: str  # all_gather | reduce_scatter | all_reduce | ring
+    axis: str  # "tp", "cp", "ep" or "etp"
+    collective: str  # all_gather | reduce_scatter | all_reduce | all_to_all | ring
     nbytes: float
     steps: int = 1
+    per_peer: tuple[float, ...] = ()
+    back: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,9 +96,9 @@ def _tp(shape: LayerShape, name: str, collective: str, tokens: int, width: int) 
     return LayerComm(name, "tp", collective, float(tokens * width * shape.elem))
 
 
-def _gather(shape: LayerShape, name: str):
-    """The SP all-gather of the [T, h] activation before a column-parallel GEMM."""
-    return _tp(shape, name, "all_gather", shape.tokens, shape.model.hidden_size) if shape.sp else None
+def _gather(shape: LayerShape, name: str, width: int = 0):
+    """The SP all-gather of the [T, width] activation (width: h unless given) before a column-parallel GEMM."""
+    return _tp(shape, name, "all_gather", shape.tokens, width or shape.model.hidden_size) if shape.sp else None
 
 
 def _reduce(shape: LayerShape, name: str):
@@ -101,8 +106,8 @@ def _reduce(shape: LayerShape, name: str):
     return _tp(shape, name, "reduce_scatter" if shape.sp else "all_reduce", shape.tokens, shape.model.hidden_size)
 
 
-def _column_forward(b: _Builder, name: str, gemm: Kernel) -> None:
-    ag = _gather(b.s, f"{name}.all_gather")
+def _column_forward(b: _Builder, name: str, gemm: Kernel, width: int = 0) -> None:
+    ag = _gather(b.s, f"{name}.all_gather", width)
     if ag is not None and b.s.tp_comm_overlap:
         b.beside((gemm,), ag)
     else:
@@ -121,11 +126,11 @@ def _row_forward(b: _Builder, name: str, gemm: Kernel) -> None:
             b.exposed(red)
 
 
-def _column_backward(b: _Builder, name: str, m: int, n: int, k: int, after_dgrad=()) -> None:
+def _column_backward(b: _Builder, name: str, m: int, n: int, k: int, after_dgrad=(), width: int = 0) -> None:
     """Column-parallel Y = X W (X: [m, k], W: [k, n]): dgrad beside the input's re-gather (SP), wgrad beside the
     input gradient's reduce-scatter (SP) or all-reduce."""
     dgrad, wgrad = _gemm(f"{name}.dgrad", m, k, n), _gemm(f"{name}.wgrad", k, n, m)
-    b.beside((dgrad,) + tuple(after_dgrad), _gather(b.s, f"{name}.input_all_gather"))
+    b.beside((dgrad,) + tuple(after_dgrad), _gather(b.s, f"{name}.input_all_gather", width))
     b.beside((wgrad,), _reduce(b.s, f"{name}.grad_{'reduce_scatter' if b.s.sp else 'all_reduce'}"))
 
 
@@ -182,6 +187,50 @@ def _cp_ring(shape: LayerShape, backward: bool) -> LayerComm | None:
                 float(kv * (2 if backward else 1)), shape.cp - 1)
 
 
+def _grouped(name: str, counts: tuple, n: int, k: int, grouped: bool, wgrad: bool = False) -> tuple[Kernel, ...]:
+    """Each expert's rows [counts[i], k] @ [k, n] (wgrad: [k, counts[i]] @ [counts[i], n]): one grouped GEMM, or one
+    GEMM per expert that has rows."""
+    flops = 2.0 * sum(counts) * n * k
+    if grouped:
+        return (Kernel(name, GROUPED_GEMM, (tuple(counts), n, k, wgrad), flops),)
+    return tuple(Kernel(f"{name}[{i}]", GEMM, (k, n, m) if wgrad else (m, n, k), 2.0 * m * n * k)
+                 for i, m in enumerate(counts) if m)
+
+
+def _exchange(op: TokenExchange, backward: bool) -> LayerComm:
+    """An MoE exchange; in the backward the adjoint: all-to-all the other way, reduce-scatter for all-gather."""
+    name = op.name + (".backward" if backward else "")
+    if op.collective == "all_to_all":
+        return LayerComm(name, op.axis, "all_to_all", op.nbytes, per_peer=op.per_peer, back=op.back != backward)
+    adjoint = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}[op.collective]
+    return LayerComm(name, op.axis, adjoint if backward else op.collective, op.nbytes)
+
+
+def _linear_forward(b: _Builder, op: Linear) -> None:
+    gemm = _gemm(op.name, op.m, op.n, op.k)
+    if op.parallel == "column":
+        _column_forward(b, op.name, gemm, op.gathered)
+    elif op.parallel == "row":
+        _row_forward(b, op.name, gemm)
+    else:  # replicated: on this GPU's own tokens, no TP communication
+        b.compute(gemm)
+
+
+def _linear_backward(b: _Builder, op: Linear) -> None:
+    if op.parallel == "column":
+        _column_backward(b, op.name, op.m, op.n, op.k, width=op.gathered)
+    elif op.parallel == "row":
+        _row_backward(b, op.name, op.m, op.n, op.k)
+    else:
+        b.compute(_gemm(f"{op.name}.dgrad", op.m, op.k, op.n), _gemm(f"{op.name}.wgrad", op.k, op.n, op.m))
+
+
+def _counts_gather(shape: LayerShape) -> LayerComm:
+    """Megatron's dispatcher first all-gathers every EP rank's tokens per expert (int64) to size the all-to-all."""
+    return LayerComm("moe.tokens_per_expert.all_gather", "ep", "all_gather",
+                     float(shape.ep * shape.model.num_moe_experts * 8))
+
+
 def layer_forward(shape: LayerShape) -> list[LayerStep]:
     """One decoder layer's forward: its operations in order, each product with its TP communication."""
     b = _Builder(shape)
@@ -189,8 +238,13 @@ def layer_forward(shape: LayerShape) -> list[LayerStep]:
         if isinstance(op, Pointwise):
             b.compute(_mem(op.name, op.forward_bytes, op.op_class))
         elif isinstance(op, Linear):
-            (_column_forward if op.parallel == "column" else _row_forward)(b, op.name, _gemm(op.name, op.m, op.n,
-                                                                                              op.k))
+            _linear_forward(b, op)
+        elif isinstance(op, GroupedLinear):
+            b.compute(*_grouped(op.name, op.counts, op.n, op.k, op.grouped))
+        elif isinstance(op, TokenExchange):
+            if op.axis == "ep" and not op.back:
+                b.exposed(_counts_gather(shape))
+            b.exposed(_exchange(op, backward=False))
         else:
             _attention(b, op, backward=False)
     return b.steps
@@ -203,7 +257,12 @@ def layer_backward(shape: LayerShape) -> list[LayerStep]:
         if isinstance(op, Pointwise):
             b.compute(_mem(op.name + ".backward", op.backward_bytes, op.op_class))
         elif isinstance(op, Linear):
-            (_column_backward if op.parallel == "column" else _row_backward)(b, op.name, op.m, op.n, op.k)
+            _linear_backward(b, op)
+        elif isinstance(op, GroupedLinear):
+            b.compute(*_grouped(f"{op.name}.dgrad", op.counts, op.k, op.n, op.grouped),
+                      *_grouped(f"{op.name}.wgrad", op.counts, op.n, op.k, op.grouped, wgrad=True))
+        elif isinstance(op, TokenExchange):
+            b.exposed(_exchange(op, backward=True))
         else:
             _attention(b, op, backward=True)
     return b.steps

@@ -2,19 +2,21 @@
 import pytest
 
 from simcomm.parallel.model import ModelConfigError
-from simcomm.parallel.model.moe import MoEConfig, get_capacity, moe_layer_pattern, parse_moe_layer_freq
+from simcomm.parallel.model.moe import get_capacity, moe_layer_pattern, parse_moe_layer_freq
 from simcomm.parallel.model.moe.config import aux_loss_coeffs
+
+from .helpers import moe_config
 
 BASE = dict(num_moe_experts=8, moe_ffn_hidden_size=16)
 
 
 def test_megatron_defaults():
-    c = MoEConfig(**BASE)
+    c = moe_config(**BASE)
     assert (c.moe_router_topk, c.moe_router_score_function, c.moe_router_load_balancing_type) == (2, "softmax",
                                                                                                    "aux_loss")
     assert (c.moe_aux_loss_coeff, c.moe_z_loss_coeff, c.moe_expert_capacity_factor) == (0.0, None, None)
     assert (c.moe_token_drop_policy, c.moe_router_bias_update_rate, c.moe_layer_freq) == ("probs", 1e-3, 1)
-    assert hash(MoEConfig(**BASE, moe_layer_freq=[1, 0], moe_router_load_balancing_type=["aux_loss", "none"],
+    assert hash(moe_config(**BASE, moe_layer_freq=[1, 0], moe_router_load_balancing_type=["aux_loss", "none"],
                           moe_aux_loss_coeff=[0.1, 0.0]))  # lists become tuples: the config stays hashable
 
 
@@ -41,7 +43,7 @@ def test_megatron_defaults():
 ])
 def test_bad_settings_are_explained(kwargs, message):
     with pytest.raises(ModelConfigError, match=message):
-        MoEConfig(**{**BASE, **kwargs})
+        moe_config(**{**BASE, **kwargs})
 
 
 def test_moe_layer_freq_as_megatron_reads_it():
@@ -50,14 +52,14 @@ def test_moe_layer_freq_as_megatron_reads_it():
     assert moe_layer_pattern("([0]*3+[1]*2)", 5) == (False, False, False, True, True)  # DeepSeek-V3's form
     assert moe_layer_pattern("[1,0]*2", 4) == (True, False, True, False)
     assert parse_moe_layer_freq("4") == 4 and parse_moe_layer_freq([0, 1]) == (0, 1)
-    assert MoEConfig(**BASE, moe_layer_freq="([0]*1+[1]*2)").moe_layer_freq == (0, 1, 1)
+    assert moe_config(**BASE, moe_layer_freq="([0]*1+[1]*2)").moe_layer_freq == (0, 1, 1)
     with pytest.raises(ModelConfigError, match="lists 3 layers but the model has num_layers 4"):
         moe_layer_pattern([0, 1, 1], 4)
 
 
 def test_capacity_and_loss_coefficients():
     assert get_capacity(4096 * 2, 8, 1.0) == 1024 and get_capacity(10, 4, 1.0) == 3 and get_capacity(10, 4, 0.5) == 2
-    c = MoEConfig(**BASE, moe_router_load_balancing_type=["aux_loss", "seq_aux_loss", "none"],
+    c = moe_config(**BASE, moe_router_load_balancing_type=["aux_loss", "seq_aux_loss", "none"],
                   moe_aux_loss_coeff=[0.01, 1e-4, 0.0])
     assert aux_loss_coeffs(c) == {"aux_loss": 0.01, "seq_aux_loss": 1e-4}
-    assert aux_loss_coeffs(MoEConfig(**BASE, moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.1)) == {}
+    assert aux_loss_coeffs(moe_config(**BASE, moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.1)) == {}

@@ -5,11 +5,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcomm.parallel.model.layers import Flops
-from simcomm.parallel.model.moe import (MoEConfig, chunk_orders, experts_backward, experts_forward,
+from simcomm.parallel.model.moe import (chunk_orders, experts_backward, experts_forward,
                                         init_moe_params, permutation, permute, permute_probs, route,
                                         sort_chunks_by_index, splits_by_rank, unpermute, unpermute_probs)
 from simcomm.parallel.model.moe.layer import FC1, FC2
 from simcomm.parallel.model.tensor import meta
+
+from .helpers import moe_config
 
 
 @st.composite
@@ -73,7 +75,7 @@ def test_expert_parallel_exchange_equals_one_rank():
     experts' rows (all_to_all, simulated), regroup by local expert, run, regroup back, return, unpermute. Outputs,
     expert gradients and FLOPs equal each rank running all eight experts on its own tokens."""
     ep, E, h = 4, 8, 6
-    moe = MoEConfig(num_moe_experts=E, moe_ffn_hidden_size=5, moe_router_topk=3, swiglu=True)
+    moe = moe_config(num_moe_experts=E, moe_ffn_hidden_size=5, moe_router_topk=3, swiglu=True)
     params = init_moe_params(h, moe, seed=1, std=0.5)
     rng = np.random.default_rng(2)
     tokens = [rng.standard_normal((7 + r, h)) for r in range(ep)]  # uneven token counts per rank too

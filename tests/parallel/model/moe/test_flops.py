@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 
 from simcomm.parallel.model.layers import Flops
-from simcomm.parallel.model.moe import (MoEConfig, get_capacity, init_moe_params, layer_forward_flops_per_token,
+from simcomm.parallel.model.moe import (get_capacity, init_moe_params, layer_forward_flops_per_token,
                                         megatron_moe_flops_per_token, moe_backward, moe_forward)
+
+from .helpers import moe_config
 
 H, S, B = 8, 10, 2
 
@@ -21,9 +23,9 @@ def _counted(moe, seed=0):
 
 
 @pytest.mark.parametrize("moe", [
-    MoEConfig(num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True),
-    MoEConfig(num_moe_experts=6, moe_ffn_hidden_size=5, moe_router_topk=3, moe_shared_expert_intermediate_size=7),
-    MoEConfig(num_moe_experts=8, moe_ffn_hidden_size=3, moe_router_topk=4, swiglu=True,
+    moe_config(num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True),
+    moe_config(num_moe_experts=6, moe_ffn_hidden_size=5, moe_router_topk=3, moe_shared_expert_intermediate_size=7),
+    moe_config(num_moe_experts=8, moe_ffn_hidden_size=3, moe_router_topk=4, swiglu=True,
               moe_shared_expert_intermediate_size=4, moe_shared_expert_gate=True, moe_router_score_function="sigmoid"),
 ])
 def test_counted_flops_are_megatrons_count_plus_the_router(moe):
@@ -40,15 +42,15 @@ def test_counted_flops_are_megatrons_count_plus_the_router(moe):
 
 def test_megatrons_formula_for_published_models():
     """Megatron's 12 h (f_e k + f_sh) 3/2 per MoE layer and token: Mixtral 8x7B and DeepSeek-V3."""
-    mixtral = MoEConfig(num_moe_experts=8, moe_ffn_hidden_size=14336, swiglu=True)
+    mixtral = moe_config(num_moe_experts=8, moe_ffn_hidden_size=14336, swiglu=True)
     assert megatron_moe_flops_per_token(4096, mixtral) == 18 * 4096 * 14336 * 2
-    v3 = MoEConfig(num_moe_experts=256, moe_ffn_hidden_size=2048, moe_router_topk=8, swiglu=True,
+    v3 = moe_config(num_moe_experts=256, moe_ffn_hidden_size=2048, moe_router_topk=8, swiglu=True,
                    moe_shared_expert_intermediate_size=2048, moe_router_score_function="sigmoid")
     assert megatron_moe_flops_per_token(7168, v3) == 18 * 7168 * 2048 * 9  # 8 routed + 1 shared expert
 
 
 def test_padding_executes_every_experts_capacity():
-    moe = MoEConfig(num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True, moe_expert_capacity_factor=1.5,
+    moe = moe_config(num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True, moe_expert_capacity_factor=1.5,
                     moe_pad_expert_input_to_capacity=True)
     forward, _, saved = _counted(moe)
     T = S * B

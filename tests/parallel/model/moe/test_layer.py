@@ -7,37 +7,38 @@ import pytest
 import torch
 
 from simcomm.parallel.model.layers import Flops
-from simcomm.parallel.model.moe import MoEConfig, init_moe_params, moe_backward, moe_forward
+from simcomm.parallel.model.moe import init_moe_params, moe_backward, moe_forward
 from simcomm.parallel.model.tensor import Meta, meta
 
+from .helpers import moe_config
 from .megatron_torch import moe_layer
 
 H, S, B = 8, 6, 3
 CONFIGS = {
-    "softmax": MoEConfig(num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True, moe_aux_loss_coeff=0.1,
+    "softmax": moe_config(num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True, moe_aux_loss_coeff=0.1,
                          moe_z_loss_coeff=0.01),
-    "pre-softmax-gelu-scaled": MoEConfig(num_moe_experts=5, moe_ffn_hidden_size=7, moe_router_topk=3,
+    "pre-softmax-gelu-scaled": moe_config(num_moe_experts=5, moe_ffn_hidden_size=7, moe_router_topk=3,
                                          moe_router_pre_softmax=True, moe_router_topk_scaling_factor=1.7,
                                          moe_aux_loss_coeff=0.05),
-    "softmax-groups": MoEConfig(num_moe_experts=6, moe_ffn_hidden_size=4, moe_router_topk=2, swiglu=True,
+    "softmax-groups": moe_config(num_moe_experts=6, moe_ffn_hidden_size=4, moe_router_topk=2, swiglu=True,
                                      moe_router_num_groups=3, moe_router_group_topk=1, moe_aux_loss_coeff=0.1),
     # DeepSeek-V3's router: sigmoid, expert bias, node-limited groups, scaling, sequence-wise loss, a shared expert
-    "deepseek": MoEConfig(num_moe_experts=8, moe_ffn_hidden_size=4, moe_router_topk=4, swiglu=True,
+    "deepseek": moe_config(num_moe_experts=8, moe_ffn_hidden_size=4, moe_router_topk=4, swiglu=True,
                           moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
                           moe_router_num_groups=4, moe_router_group_topk=2, moe_router_topk_scaling_factor=2.5,
                           moe_router_load_balancing_type="seq_aux_loss", moe_aux_loss_coeff=0.1,
                           moe_shared_expert_intermediate_size=5),
-    "sigmoid-top1-both-losses": MoEConfig(num_moe_experts=4, moe_ffn_hidden_size=5, moe_router_topk=1,
+    "sigmoid-top1-both-losses": moe_config(num_moe_experts=4, moe_ffn_hidden_size=5, moe_router_topk=1,
                                           moe_router_score_function="sigmoid",
                                           moe_router_load_balancing_type=["aux_loss", "seq_aux_loss"],
                                           moe_aux_loss_coeff=[0.2, 0.3], moe_z_loss_coeff=0.02),
-    "capacity-probs": MoEConfig(num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True, moe_expert_capacity_factor=0.8,
+    "capacity-probs": moe_config(num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True, moe_expert_capacity_factor=0.8,
                                 moe_aux_loss_coeff=0.1),
-    "capacity-position-padded-gated-shared": MoEConfig(
+    "capacity-position-padded-gated-shared": moe_config(
         num_moe_experts=4, moe_ffn_hidden_size=6, swiglu=True, moe_expert_capacity_factor=0.7,
         moe_token_drop_policy="position", moe_pad_expert_input_to_capacity=True,
         moe_shared_expert_intermediate_size=6, moe_shared_expert_gate=True, moe_z_loss_coeff=0.01),
-    "sigmoid-capacity-position": MoEConfig(num_moe_experts=6, moe_ffn_hidden_size=4, moe_router_topk=2,
+    "sigmoid-capacity-position": moe_config(num_moe_experts=6, moe_ffn_hidden_size=4, moe_router_topk=2,
                                            moe_router_score_function="sigmoid", moe_expert_capacity_factor=0.6,
                                            moe_token_drop_policy="position", moe_aux_loss_coeff=0.1),
 }

@@ -6,11 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcomm.parallel.model.moe import (MoEConfig, balanced_counts, expert_rows, get_capacity, init_moe_params,
+from simcomm.parallel.model.moe import (balanced_counts, expert_rows, get_capacity, init_moe_params,
                                         moe_backward, moe_forward, route, updated_expert_bias)
 from simcomm.parallel.model.moe.layer import FC1, FC2
 from simcomm.parallel.model.moe.router import softmax
 from simcomm.parallel.model.tensor import meta
+
+from .helpers import moe_config
 
 
 @st.composite
@@ -21,7 +23,7 @@ def configs(draw, capacity=None):
     pre = draw(st.booleans()) or (fn == "softmax" and k == 1)
     cf = draw(st.one_of(st.none(), st.floats(0.2, 2.0))) if capacity is None else \
         (draw(st.floats(0.2, 1.5)) if capacity else None)
-    return MoEConfig(num_moe_experts=E, moe_ffn_hidden_size=3, moe_router_topk=k, moe_router_score_function=fn,
+    return moe_config(num_moe_experts=E, moe_ffn_hidden_size=3, moe_router_topk=k, moe_router_score_function=fn,
                      moe_router_pre_softmax=pre, moe_router_topk_scaling_factor=draw(st.sampled_from([None, 2.5])),
                      moe_expert_capacity_factor=cf, moe_token_drop_policy=draw(st.sampled_from(["probs", "position"])),
                      moe_pad_expert_input_to_capacity=cf is not None and draw(st.booleans()))
@@ -116,7 +118,7 @@ def test_a_balanced_router_gives_every_expert_the_same_load_and_the_aux_loss_its
     switch loss of a balanced routing is exactly its coefficient, whatever the scores."""
     k, n = data.draw(st.integers(1, E)), data.draw(st.integers(1, 4))
     fn = data.draw(st.sampled_from(["softmax", "sigmoid"]))
-    moe = MoEConfig(num_moe_experts=E, moe_ffn_hidden_size=2, moe_router_topk=k, moe_router_score_function=fn,
+    moe = moe_config(num_moe_experts=E, moe_ffn_hidden_size=2, moe_router_topk=k, moe_router_score_function=fn,
                     moe_router_pre_softmax=k == 1, moe_aux_loss_coeff=0.3)
     T = n * E
     t, e = np.arange(T)[:, None], np.arange(E)[None, :]
@@ -133,7 +135,7 @@ def test_balanced_counts_spread_the_remainder():
 
 
 def test_the_expert_bias_chooses_but_never_weighs():
-    moe = MoEConfig(num_moe_experts=6, moe_ffn_hidden_size=2, moe_router_topk=2, moe_router_score_function="sigmoid",
+    moe = moe_config(num_moe_experts=6, moe_ffn_hidden_size=2, moe_router_topk=2, moe_router_score_function="sigmoid",
                     moe_router_enable_expert_bias=True)
     logits = _logits(5, 20, 6)
     bias = np.array([10.0, 0, 0, 0, 0, 0])  # expert 0 is everyone's choice
@@ -155,7 +157,7 @@ def test_the_bias_update_lifts_the_idle_and_lowers_the_busy():
 def test_the_bias_balances_a_skewed_router_over_steps():
     """Aux-loss-free balancing (DeepSeek-V3): a router that favours some experts is evened out by the bias alone."""
     E, T = 8, 1024
-    moe = MoEConfig(num_moe_experts=E, moe_ffn_hidden_size=2, moe_router_topk=2, moe_router_score_function="sigmoid",
+    moe = moe_config(num_moe_experts=E, moe_ffn_hidden_size=2, moe_router_topk=2, moe_router_score_function="sigmoid",
                     moe_router_enable_expert_bias=True, moe_router_bias_update_rate=0.005)
     rng = np.random.default_rng(0)
     skew = np.linspace(1.5, -1.5, E)
@@ -169,7 +171,7 @@ def test_the_bias_balances_a_skewed_router_over_steps():
 
 
 def test_group_limited_routing_keeps_tokens_within_their_groups():
-    moe = MoEConfig(num_moe_experts=16, moe_ffn_hidden_size=2, moe_router_topk=4, moe_router_score_function="sigmoid",
+    moe = moe_config(num_moe_experts=16, moe_ffn_hidden_size=2, moe_router_topk=4, moe_router_score_function="sigmoid",
                     moe_router_num_groups=4, moe_router_group_topk=2)
     logits = _logits(1, 50, 16)
     r = route(logits, moe, 50)
@@ -181,13 +183,13 @@ def test_group_limited_routing_keeps_tokens_within_their_groups():
     top_groups = np.argsort(-best, axis=1)[:, :2]
     for t in range(50):
         assert set(np.flatnonzero(groups_used[t])) <= set(top_groups[t])
-    plain = route(logits, MoEConfig(num_moe_experts=16, moe_ffn_hidden_size=2, moe_router_topk=4,
+    plain = route(logits, moe_config(num_moe_experts=16, moe_ffn_hidden_size=2, moe_router_topk=4,
                                     moe_router_score_function="sigmoid"), 50)
     assert (plain.routing_map.reshape(50, 4, 4).any(axis=-1).sum(axis=1) > 2).any()  # the limit bites
 
 
 def test_size_only_routing_takes_the_load_as_given():
-    moe = MoEConfig(num_moe_experts=4, moe_ffn_hidden_size=2, moe_router_topk=2, moe_expert_capacity_factor=1.0)
+    moe = moe_config(num_moe_experts=4, moe_ffn_hidden_size=2, moe_router_topk=2, moe_expert_capacity_factor=1.0)
     r = route(meta((16, 4)), moe, 16, routed_tokens_per_expert=[14, 10, 4, 4])
     assert r.tokens_per_expert.tolist() == [8, 8, 4, 4] and r.capacity == 8
     assert route(meta((16, 4)), moe, 16).tokens_per_expert.tolist() == [8] * 4

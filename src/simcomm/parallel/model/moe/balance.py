@@ -114,3 +114,43 @@ def balanced_counts(num_tokens: int, topk: int, num_experts: int) -> np.ndarray:
     """T k rows spread as evenly as they go: every expert T k // E, the first (T k) % E one more."""
     base, extra = divmod(num_tokens * topk, num_experts)
     return np.array([base + (e < extra) for e in range(num_experts)], np.int64)
+
+
+# ---- routing as an input (the step model, size-only runs) -----------------------------------------------------
+def routing_shares(num_experts: int, skew: float = 0.0, load=None) -> np.ndarray:
+    """Each expert's share of the routed rows: a measured relative load (normalised), else Zipf's law with exponent
+    `skew` over the experts in index order (expert i gets (i + 1)^-skew; 0: perfectly balanced). The hottest experts
+    have the lowest indices, so they share the first expert-parallel rank: the worst placement of a skewed load."""
+    if load is not None:
+        w = np.asarray(load, np.float64)
+        if w.shape != (num_experts,):
+            raise ValueError(f"an expert load must give {num_experts} values, got {len(w)}")
+    else:
+        w = np.arange(1, num_experts + 1, dtype=np.float64) ** -float(skew)
+    return w / w.sum()
+
+
+def routed_counts(num_tokens: int, topk: int, shares) -> np.ndarray:
+    """num_tokens x topk rows over the experts in proportion to `shares` (largest remainders), no expert more than
+    num_tokens (a token picks an expert once): what an expert over its cap cannot take goes to the others in
+    proportion. Balanced shares give balanced_counts."""
+    shares = np.asarray(shares, np.float64)
+    E, total = len(shares), num_tokens * topk
+    counts = np.zeros(E, np.int64)
+    capped = np.zeros(E, bool)
+    left = total
+    while left > 0:
+        w = np.where(capped, 0.0, shares)
+        if w.sum() <= 0:  # every expert with a share is full: the rest spread over those with room
+            w = (~capped).astype(np.float64)
+        ideal = left * w / w.sum()
+        add = np.floor(ideal).astype(np.int64)
+        rest = left - int(add.sum())
+        order = np.lexsort((np.arange(E), -(ideal - add)))  # largest remainders, ties to the lower index
+        add[order[:rest]] += 1
+        counts += add
+        over = np.maximum(counts - num_tokens, 0)
+        counts -= over
+        capped |= counts >= num_tokens
+        left = int(over.sum())
+    return counts

@@ -1,16 +1,16 @@
 """The mixture-of-experts settings, with Megatron-Core's names, defaults and checks, and which layers are MoE.
 
-`MoEConfig` holds exactly the TransformerConfig fields an MoE layer reads (Megatron-Core: num_moe_experts,
-moe_router_topk, ...; `swiglu` is simcomm's name for Megatron's gated_linear_unit with SiLU), so a model config that
-gains these fields can be passed wherever a MoEConfig is; `check_moe` is the one set of rules for both.
+`MoEFields` are the MoE fields of a TransformerConfig (Megatron-Core: num_moe_experts, moe_router_topk, ...): an
+MoE layer reads them, and the model's `swiglu`, from the model config; `check_moe` is their rules.
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..config import ModelConfigError
+from ..errors import ModelConfigError
 
 # What Megatron accepts for moe_router_load_balancing_type, and the ones modelled here.
 LOAD_BALANCING_TYPES = ("aux_loss", "seq_aux_loss", "none")
@@ -20,14 +20,14 @@ LOSS_NAMES = {"aux_loss": "load_balancing_loss", "seq_aux_loss": "seq_load_balan
 Z_LOSS = "z_loss"
 
 
-@dataclass(frozen=True)
-class MoEConfig:
-    """One MoE layer's settings (Megatron-Core names and defaults; see shared/reference/moe.md section 1)."""
+@dataclass(frozen=True, kw_only=True)
+class MoEFields:
+    """The MoE fields of a model config, Megatron-Core's names and defaults (shared/reference/moe.md section 1):
+    the TransformerConfig has them (num_moe_experts None: a dense model)."""
 
-    num_moe_experts: int
-    moe_ffn_hidden_size: int
+    num_moe_experts: int | None = None
+    moe_ffn_hidden_size: int | None = None  # None: the model's ffn_hidden_size
     moe_router_topk: int = 2
-    swiglu: bool = False  # Megatron's gated_linear_unit (with activation_func=silu); else the GELU MLP
     moe_shared_expert_intermediate_size: int | None = None  # total width of the shared experts
     moe_shared_expert_gate: bool = False  # sigmoid(x . g) scales the shared experts' output (Qwen2-MoE)
     moe_router_score_function: str = "softmax"  # or "sigmoid"
@@ -45,37 +45,42 @@ class MoEConfig:
     moe_token_drop_policy: str = "probs"  # or "position"
     moe_layer_freq: int | tuple[int, ...] | str = 1
 
-    def __post_init__(self):
-        for name in ("moe_router_load_balancing_type", "moe_aux_loss_coeff"):
-            if isinstance(getattr(self, name), list):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-        object.__setattr__(self, "moe_layer_freq", parse_moe_layer_freq(self.moe_layer_freq))
-        check_moe(self)
+
+MOE_FIELDS = tuple(f.name for f in dataclasses.fields(MoEFields))
+
+
+def normalise_moe(c) -> None:
+    """Lists as tuples (the config stays hashable) and moe_layer_freq parsed, on a frozen dataclass `c`."""
+    for name in ("moe_router_load_balancing_type", "moe_aux_loss_coeff"):
+        if isinstance(getattr(c, name), list):
+            object.__setattr__(c, name, tuple(getattr(c, name)))
+    object.__setattr__(c, "moe_layer_freq", parse_moe_layer_freq(c.moe_layer_freq))
 
 
 def _whole(name: str, v, minimum: int = 1) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ModelConfigError(f"{name} must be a whole number >= {minimum}, got {v!r}")
+        raise ModelConfigError(f"{name} must be a whole number >= {minimum}, got {v!r}", name)
 
 
 def _number(name: str, v, positive: bool = False) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or \
             (positive and v == 0):
-        raise ModelConfigError(f"{name} must be a {'positive' if positive else 'non-negative'} number, got {v!r}")
+        raise ModelConfigError(f"{name} must be a {'positive' if positive else 'non-negative'} number, got {v!r}", name)
 
 
 def check_moe(c) -> None:
-    """Megatron-Core's rules for the MoE fields of `c` (a MoEConfig, or a model config with the same fields)."""
+    """Megatron-Core's rules for the MoE fields of `c` (a TransformerConfig with num_moe_experts set)."""
     E, k = c.num_moe_experts, c.moe_router_topk
     _whole("num_moe_experts", E)
     _whole("moe_ffn_hidden_size", c.moe_ffn_hidden_size)
     _whole("moe_router_topk", k)
     if k > E:
-        raise ModelConfigError(f"moe_router_topk {k} is more than num_moe_experts {E}")
+        raise ModelConfigError(f"moe_router_topk {k} is more than num_moe_experts {E}", "moe_router_topk")
     if c.moe_shared_expert_intermediate_size is not None:
         _whole("moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size)
     elif c.moe_shared_expert_gate:
-        raise ModelConfigError("moe_shared_expert_gate needs moe_shared_expert_intermediate_size (a shared expert)")
+        raise ModelConfigError("moe_shared_expert_gate needs moe_shared_expert_intermediate_size (a shared expert)",
+                               "moe_shared_expert_gate")
     _check_router(c, E, k)
     _check_balancing(c)
     _check_capacity(c)
@@ -84,10 +89,11 @@ def check_moe(c) -> None:
 def _check_router(c, E: int, k: int) -> None:
     if c.moe_router_score_function not in ("softmax", "sigmoid"):
         raise ModelConfigError(f"moe_router_score_function must be softmax or sigmoid, got "
-                               f"{c.moe_router_score_function!r}")
+                               f"{c.moe_router_score_function!r}", "moe_router_score_function")
     if k == 1 and c.moe_router_score_function == "softmax" and not c.moe_router_pre_softmax:
         # Megatron's rule: a softmax over one chosen expert is 1 and passes no gradient to the router
-        raise ModelConfigError("moe_router_topk 1 with softmax scores needs moe_router_pre_softmax=True")
+        raise ModelConfigError("moe_router_topk 1 with softmax scores needs moe_router_pre_softmax=True",
+                               "moe_router_topk")
     if c.moe_router_enable_expert_bias and c.moe_router_score_function != "sigmoid":
         raise ModelConfigError("moe_router_enable_expert_bias (aux-loss-free balancing) needs "
                                "moe_router_score_function sigmoid, as in Megatron-Core")
@@ -98,7 +104,8 @@ def _check_router(c, E: int, k: int) -> None:
     if group_topk is None:
         return
     if groups is None:
-        raise ModelConfigError("moe_router_group_topk needs moe_router_num_groups (group-limited routing)")
+        raise ModelConfigError("moe_router_group_topk needs moe_router_num_groups (group-limited routing)",
+                               "moe_router_group_topk")
     _whole("moe_router_num_groups", groups)
     _whole("moe_router_group_topk", group_topk)
     if E % groups or group_topk > groups or k % group_topk or k > group_topk * (E // groups):
@@ -137,11 +144,13 @@ def _check_balancing(c) -> None:
 
 def _check_capacity(c) -> None:
     if c.moe_token_drop_policy not in ("probs", "position"):
-        raise ModelConfigError(f"moe_token_drop_policy must be probs or position, got {c.moe_token_drop_policy!r}")
+        raise ModelConfigError(f"moe_token_drop_policy must be probs or position, got {c.moe_token_drop_policy!r}",
+                               "moe_token_drop_policy")
     if c.moe_expert_capacity_factor is not None:
         _number("moe_expert_capacity_factor", c.moe_expert_capacity_factor, positive=True)
     elif c.moe_pad_expert_input_to_capacity:
-        raise ModelConfigError("moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor")
+        raise ModelConfigError("moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor",
+                               "moe_pad_expert_input_to_capacity")
 
 
 def get_capacity(num_tokens: int, num_experts: int, capacity_factor: float) -> int:
@@ -190,5 +199,6 @@ def moe_layer_pattern(moe_layer_freq, num_layers: int) -> tuple[bool, ...]:
     if isinstance(freq, int):
         return tuple(i % freq == 0 for i in range(num_layers))
     if len(freq) != num_layers:
-        raise ModelConfigError(f"moe_layer_freq lists {len(freq)} layers but the model has num_layers {num_layers}")
+        raise ModelConfigError(f"moe_layer_freq lists {len(freq)} layers but the model has num_layers {num_layers}",
+                               "moe_layer_freq")
     return tuple(bool(v) for v in freq)

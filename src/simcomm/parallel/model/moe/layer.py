@@ -47,6 +47,52 @@ def init_moe_params(hidden_size: int, moe, seed: int = 0, dtype="float64", std: 
             for n, s in moe_param_shapes(hidden_size, moe).items()}
 
 
+class LocalExperts:
+    """Where the routed rows meet their experts when one rank holds every expert: they stay. Expert parallelism
+    (parallel/expert_parallel/) replaces it with all-to-all exchanges; the interface is the same.
+
+    dispatch(rows, probs, tokens_per_expert) -> (the rows this rank's experts compute, their probabilities,
+    rows per local expert, what combine needs); combine(out, ctx) -> the output rows back in this rank's permuted
+    order; combine_backward and dispatch_backward are their adjoints."""
+
+    def dispatch(self, rows, probs, tokens_per_expert):
+        return rows, probs, tokens_per_expert, None
+
+    def combine(self, out, ctx):
+        return out
+
+    def combine_backward(self, drows, ctx):
+        return drows
+
+    def dispatch_backward(self, drows, dprobs, ctx):
+        return drows, dprobs
+
+
+class LocalShared:
+    """The shared expert on this rank's tokens with whole weights (tensor parallelism replaces it)."""
+
+    def __init__(self, params, moe, fl: Flops | None = None, grads=None):
+        self.params, self.moe, self.fl, self.grads = params, moe, fl, grads
+
+    def forward(self, x2):
+        p = self.params
+        return shared_expert_forward(x2, p[SHARED_FC1], p[SHARED_FC2], self.moe.swiglu, p.get(SHARED_GATE), self.fl)
+
+    def backward(self, dy2, cache, grads):
+        p = self.params
+        return shared_expert_backward(dy2, cache, p[SHARED_FC1], p[SHARED_FC2], grads[SHARED_FC1], grads[SHARED_FC2],
+                                      self.moe.swiglu, p.get(SHARED_GATE), grads.get(SHARED_GATE), self.fl)
+
+
+def _no_charge(name: str, counts=None) -> None:
+    pass
+
+
+def activation_kernel(prefix: str, moe) -> str:
+    """The activation's kernel name, as the layer's programs list it (model/programs.py)."""
+    return f"{prefix}.{'swiglu' if moe.swiglu else 'gelu'}"
+
+
 @dataclass
 class MoESaved:
     """What one MoE forward keeps for its backward, and what it tells the caller."""
@@ -56,6 +102,8 @@ class MoESaved:
     permutation: Permutation
     experts: tuple
     shared: tuple | None
+    exchange: object = None  # what the experts' dispatcher keeps for combine and the backward
+    local_tokens: object = None  # rows each local expert computed
 
     @property
     def losses(self) -> dict[str, float | None]:
@@ -67,40 +115,58 @@ class MoESaved:
 
 
 def moe_forward(x, params, moe, expert_bias=None, fl: Flops | None = None, routed_tokens_per_expert=None,
-                reduce_counts=None):
+                reduce_counts=None, experts=None, shared=None, charge=None):
     """The MoE layer on x [s, b, h]; returns (y [s, b, h], MoESaved). The auxiliary losses (saved.losses) are
-    the caller's to add to its loss; routed_tokens_per_expert is the routing of a size-only run."""
+    the caller's to add to its loss; routed_tokens_per_expert is the routing of a size-only run. experts: where
+    the rows meet their experts (LocalExperts, or expert parallelism's exchanges; params then hold this rank's
+    experts only); shared: the shared expert (LocalShared, or its tensor-parallel form); charge(kernel name,
+    rows per local expert): the compute time of each kernel (numeric training's clock)."""
     s, b, h = x.shape
+    experts, charge = experts or LocalExperts(), charge or _no_charge
     x2 = x.reshape(s * b, h)
     logits = linear(x2, params[ROUTER], fl=fl)
+    charge("router")
     routing = route(logits, moe, s, expert_bias, routed_tokens_per_expert, reduce_counts)
+    charge("router.topk")
     perm = permutation(routing.routing_map, routing.tokens_per_expert)
     rows = permute(x2, perm)
-    out, experts_cache = experts_forward(rows, perm.tokens_per_expert, permute_probs(routing.probs, perm),
-                                         params[FC1], params[FC2], moe.swiglu, fl)
-    y = unpermute(out, perm)
-    shared = None
+    charge("moe.permute")
+    rows, probs, counts, exchange = experts.dispatch(rows, permute_probs(routing.probs, perm), perm.tokens_per_expert)
+    out, experts_cache = experts_forward(rows, counts, probs, params[FC1], params[FC2], moe.swiglu, fl)
+    for name in ("moe.fc1", activation_kernel("moe", moe), "moe.fc2"):
+        charge(name, counts)
+    y = unpermute(experts.combine(out, exchange), perm)
+    charge("moe.unpermute")
+    shared_cache = None
     if moe.moe_shared_expert_intermediate_size is not None:
-        ys, shared = shared_expert_forward(x2, params[SHARED_FC1], params[SHARED_FC2], moe.swiglu,
-                                           params.get(SHARED_GATE), fl)
+        ys, shared_cache = (shared or LocalShared(params, moe, fl)).forward(x2)
         y = y + ys
-    return y.reshape(s, b, h), MoESaved(x2, routing, perm, experts_cache, shared)
+    return y.reshape(s, b, h), MoESaved(x2, routing, perm, experts_cache, shared_cache, exchange, counts)
 
 
-def moe_backward(dy, saved: MoESaved, params, grads, moe, fl: Flops | None = None, aux_loss_grad: float = 1.0):
+def moe_backward(dy, saved: MoESaved, params, grads, moe, fl: Flops | None = None, aux_loss_grad: float = 1.0,
+                 experts=None, shared=None, charge=None):
     """Adds every parameter's gradient to grads (same names as params); returns dx [s, b, h]. aux_loss_grad: the
-    weight of one unit of auxiliary loss in the objective (1 if the losses were added to it as they are)."""
+    weight of one unit of auxiliary loss in the objective (1 if the losses were added to it as they are).
+    experts, shared, charge: as moe_forward's."""
     s, b, h = dy.shape
+    experts, charge = experts or LocalExperts(), charge or _no_charge
     dy2 = dy.reshape(s * b, h)
     perm = saved.permutation
-    drows, drow_probs = experts_backward(permute(dy2, perm), saved.experts, params[FC1], params[FC2], grads[FC1],
-                                         grads[FC2], moe.swiglu, fl)
+    drows = experts.combine_backward(permute(dy2, perm), saved.exchange)
+    charge("moe.unpermute.backward")
+    drows, drow_probs = experts_backward(drows, saved.experts, params[FC1], params[FC2], grads[FC1], grads[FC2],
+                                         moe.swiglu, fl)
+    for name in ("moe.fc2.dgrad", "moe.fc2.wgrad", activation_kernel("moe", moe) + ".backward", "moe.fc1.dgrad",
+                 "moe.fc1.wgrad"):
+        charge(name, saved.local_tokens)
+    drows, drow_probs = experts.dispatch_backward(drows, drow_probs, saved.exchange)
     dx = unpermute(drows, perm)
+    charge("moe.permute.backward")
     dlogits = route_backward(unpermute_probs(drow_probs, perm), saved.routing, aux_loss_grad)
+    charge("router.topk.backward")
     dx = dx + linear_backward(saved.x2, params[ROUTER], dlogits, grads[ROUTER], fl=fl)
+    charge("router.dgrad"), charge("router.wgrad")
     if saved.shared is not None:
-        dx = dx + shared_expert_backward(dy2, saved.shared, params[SHARED_FC1], params[SHARED_FC2], grads[SHARED_FC1],
-                                         grads[SHARED_FC2], moe.swiglu, params.get(SHARED_GATE),
-                                         grads.get(SHARED_GATE), fl)
+        dx = dx + (shared or LocalShared(params, moe, fl)).backward(dy2, saved.shared, grads)
     return dx.reshape(s, b, h)
-

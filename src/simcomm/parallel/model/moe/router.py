@@ -25,7 +25,7 @@ import numpy as np
 from ..layers import sigmoid
 from ..tensor import Meta, is_meta
 from .balance import aux_losses, balanced_counts, loss_names
-from ..config import ModelConfigError
+from ..errors import ModelConfigError
 from .config import get_capacity
 
 _EPS = 1e-20  # Megatron's guard in the sigmoid normalisation
