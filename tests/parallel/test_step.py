@@ -7,7 +7,8 @@ from simcomm.errors import OutOfMemoryError
 from simcomm.hardware import build_cluster
 from simcomm.parallel import StepModel, TrainingConfig, build_layout, model_preset
 from simcomm.parallel.layer_timing import PROGRAMS, TemplateRunner
-from simcomm.parallel.pipeline_parallel.schedules import FORWARD, makespan, timeline
+from simcomm.parallel.pipeline_parallel.actions import FORWARD
+from simcomm.parallel.pipeline_parallel.timeline import makespan, timeline
 from simcomm.parallel.step_cost import optimizer_seconds
 
 WIDE = model_preset("gpt3-13b", num_layers=24, padded_vocab_size=256)  # the layers dominate every stage

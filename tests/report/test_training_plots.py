@@ -4,7 +4,9 @@ import pytest
 from PIL import Image
 
 from simcomm.engine.trace import Activity
-from simcomm.parallel.pipeline_parallel.schedules import FORWARD, one_f_one_b, timeline
+from simcomm.parallel.pipeline_parallel.actions import FORWARD
+from simcomm.parallel.pipeline_parallel.schedules import one_f_one_b
+from simcomm.parallel.pipeline_parallel.timeline import timeline
 from simcomm.report.training_plots import plot_schedule
 
 

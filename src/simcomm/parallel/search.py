@@ -37,7 +37,8 @@ from .dims import LayoutError
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
-from .pipeline_parallel.schedules import FORWARD, makespan, timeline
+from .pipeline_parallel.actions import FORWARD
+from .pipeline_parallel.timeline import makespan, timeline
 from .step_cost import StepModel, optimizer_seconds
 from .step_passes import build_pass
 

@@ -26,7 +26,7 @@ from .data_parallel.timing import data_parallel_timing
 from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
-from .pipeline_parallel.schedules import FORWARD
+from .pipeline_parallel.actions import FORWARD
 from .pipeline_parallel.timing import Pipeline, StageTiming
 from .step_passes import build_pass
 from .step_result import StepResult

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.memory import stage_parameters
-from ..pipeline_parallel.schedules import FORWARD
+from ..pipeline_parallel.actions import FORWARD
 from .sharding import Sharding, sharding
 
 

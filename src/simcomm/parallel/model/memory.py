@@ -21,7 +21,7 @@ from functools import lru_cache
 from ...errors import OutOfMemoryError
 from ...units import format_size
 from ..data_parallel.sharding import sharding
-from ..pipeline_parallel.schedules import FORWARD
+from ..pipeline_parallel.actions import FORWARD
 from .flops import embedding_params
 from .layer import LayerShape, saved_tensors
 

@@ -7,7 +7,7 @@ trace shows the schedule's order exactly.
 """
 from __future__ import annotations
 
-from .schedules import FORWARD, Action, virtual_stage
+from .actions import FORWARD, Action, Placement
 
 PHASES = {FORWARD: "forward", "B": "backward"}
 
@@ -19,7 +19,8 @@ class PipelineRunner:
         self.comm, self.links = comm, links
         self.chunks, self.stores = chunks, stores
         self.p = links.p
-        self.last_stage = self.p * len(chunks) - 1
+        self.placement = Placement("loop", self.p, len(chunks))
+        self.last_stage = self.placement.stages - 1
         self.activation_shape, self.like = activation_shape, like
 
     def run(self, actions: list[Action], microbatch) -> list:
@@ -31,7 +32,7 @@ class PipelineRunner:
                 last_backward[a.chunk] = i
         losses = []
         for i, a in enumerate(actions):
-            stage = virtual_stage(self.links.rank, a.chunk, self.p)
+            stage = self.placement.stage(self.links.rank, a.chunk)
             chunk = self.chunks[a.chunk]
             with self.comm.tagged(stage=self.links.rank, microbatch=a.microbatch, chunk=a.chunk,
                                   phase=PHASES[a.phase]):

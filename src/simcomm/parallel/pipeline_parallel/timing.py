@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
-from .schedules import FORWARD
+from .actions import FORWARD
 
 
 class Pipeline:
