@@ -4,8 +4,8 @@ builds every schedule through `check`).
 
 - `check`: each (micro-batch, chunk) a rank runs has a forward and then either a B or an I followed by a W, each
   once; a micro-batch that enters a chunk goes through every stage of its path; and between each pair of ranks the
-  messages on each channel (activations or gradients, for one destination chunk) are sent and received in the same
-  order, since point-to-point messages between two ranks on one tag are matched in order (NCCL, gloo).
+  messages of each kind (activations or gradients, one p2p tag) are sent and received in the same order, since
+  point-to-point messages between two ranks on one tag are matched in order (NCCL, gloo).
 - `timeline`: each rank runs its actions in order, each as soon as its inputs are there (a forward needs the
   previous stage's forward, a B or I the next stage's B or I and its own forward, a W its own I); data takes `comm`
   seconds between ranks (none at a V-shape's turn, which stays on one rank). An order that can never finish is a
@@ -63,20 +63,23 @@ def _check_rank(rank: int, acts) -> dict[tuple[int, int], list[str]]:
 
 
 def _check_channels(sched: Schedule, placement: Placement) -> None:
-    sent: dict[tuple, list[int]] = {}
-    received: dict[tuple, list[int]] = {}
+    """Between two ranks, each kind of message (one p2p tag) is received in the order it is sent."""
+    sent: dict[tuple, list[str]] = {}
+    received: dict[tuple, list[str]] = {}
     for r, acts in enumerate(sched):
         for a in computations(acts):
             for kind, peer, outgoing in _transfers(a, r, placement):
-                key = (r, peer[0], kind, peer[1]) if outgoing else (peer[0], r, kind, a.chunk)
-                (sent if outgoing else received).setdefault(key, []).append(a.microbatch)
+                chunk = peer[1] if outgoing else a.chunk
+                name = f"{a.microbatch}" + (f".{chunk}" if chunk else "")
+                (sent if outgoing else received).setdefault((r, peer[0], kind) if outgoing else (peer[0], r, kind),
+                                                            []).append(name)
     for key in sorted(set(sent) | set(received)):
         s, got = sent.get(key, []), received.get(key, [])
         if s != got:
-            src, dst, kind, chunk = key
+            src, dst, kind = key
             raise SimcommError(f"the pipeline schedule's sends and receives do not match: rank {src} sends the "
-                               f"{kind} of micro-batches {s} to rank {dst} chunk {chunk}, which receives them in the "
-                               f"order {got}")
+                               f"{kind} of micro-batches {', '.join(s)} to rank {dst}, which receives them in the "
+                               f"order {', '.join(got)} (micro-batch.chunk it is for)")
 
 
 def _transfers(a: Action, rank: int, placement: Placement):
