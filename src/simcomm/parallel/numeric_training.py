@@ -20,7 +20,7 @@ from . import data
 from .config import TrainingConfig
 from .context_parallel import RingAttention, load_balanced_positions
 from .data_parallel import make_store
-from .data_parallel.reduce import all_reduce_held
+from .data_parallel.reduce import add_held, all_reduce_held
 from .dims import Axis, LayoutError
 from .layout import Layout, build_layout
 from .model.gpt import WORD, ChunkContext, GPTChunk, NoTensorParallel, init_params, local_shape, param_specs, shard
@@ -42,9 +42,14 @@ class RankGroups:
         layouts = {a.value: dims.groups(a) for a in (Axis.TP, Axis.CP, Axis.DP, Axis.PP)}
         # the gradient-reduction group: dp x cp ranks with the same (pp, tp)
         layouts["dp_cp"] = dims.groups(Axis.DP, Axis.CP)
-        if dims.pp > 1 and not layout.model.untie_embeddings_and_output_weights:
-            layouts["embedding"] = np.stack([dims.ranks(pp=0).reshape(-1), dims.ranks(pp=dims.pp - 1).reshape(-1)],
-                                            axis=1)
+        ends = sorted({r for r in range(dims.pp) for c in range(layout.chunks)
+                       if layout.has_embedding(r, c) or layout.has_output(r, c)})
+        if len(ends) == 2 and layout.placement.style == "loop" and not layout.model.untie_embeddings_and_output_weights:
+            layouts["embedding"] = np.stack([dims.ranks(pp=r).reshape(-1) for r in ends], axis=1)
+        if layout.placement.style == "dual":  # DualPipe: pipeline ranks r and p - 1 - r hold the same two stages
+            layouts["mirror"] = np.concatenate([np.stack([dims.ranks(pp=r).reshape(-1),
+                                                          dims.ranks(pp=dims.pp - 1 - r).reshape(-1)], axis=1)
+                                                for r in range(dims.pp // 2)])
         for name, rows in layouts.items():
             for row in rows:
                 members = [int(r) for r in row]
@@ -92,7 +97,7 @@ class RankTrainer:
         seq = m.seq_length // c // (t if cfg.sequence_parallel else 1)
         like = Meta((1,), self.dtype) if cfg.size_only else np.zeros(1, self.dtype)
         self.runner = PipelineRunner(comm, self.links, self.chunks, self.stores, (seq, self.micro, m.hidden_size),
-                                     like)
+                                     like, layout.placement)
         self.actions = layout.schedule[self.coords["pp"]]
 
     def _charge(self, name: str, share: float = 1.0) -> None:
@@ -114,8 +119,12 @@ class RankTrainer:
         ctx.store = make_store(cfg.stage, self.comm, g.groups.get("dp_cp"), g.size("dp_cp"),
                                g.index("dp_cp", self.comm.rank), units, params, self.specs, cfg.make_optimizer(),
                                layout.bucket_size, cfg.overlap_grad_reduce,
-                               alone={WORD} if "embedding" in g.ranks else set(), size_only=cfg.size_only)
+                               alone={WORD} if self._tied_across_stages() else set(), size_only=cfg.size_only)
         return model, ctx.store
+
+    def _tied_across_stages(self) -> bool:
+        """The word embedding is tied and its two ends are different model stages (their gradients summed)."""
+        return self.layout.virtual_stages > 1 and not self.layout.model.untie_embeddings_and_output_weights
 
     # ---- one step ----------------------------------------------------------------------------------------
     def _microbatches(self, step: int):
@@ -139,14 +148,22 @@ class RankTrainer:
         with comm.tagged(phase="grad_sync"):
             for store in self.stores:
                 store.finish()
+            if "mirror" in self.groups.ranks:  # DualPipe's two copies of each stage: one gradient
+                order = sorted(range(len(self.stores)), key=lambda c: self.layout.placement.stage(self.coords["pp"], c))
+                for c in order:
+                    store = self.stores[c]
+                    all_reduce_held(comm, store, [n for ns in store.units.values() for n in ns],
+                                    self.groups.groups["mirror"], "pp")
             if cfg.sequence_parallel and self.tp.size > 1:
                 names = [n for n, s in self.specs.items() if s.sequence_parallel]
                 for store in self.stores:
                     all_reduce_held(comm, store, names, self.tp.group, "tp")
+            ends = [store for chunk, store in zip(self.chunks, self.stores) if chunk.pre or chunk.post]
             if "embedding" in self.groups.ranks:
-                for chunk, store in zip(self.chunks, self.stores):
-                    if chunk.pre or chunk.post:
-                        all_reduce_held(comm, store, [WORD], self.groups.groups["embedding"], "embedding")
+                for store in ends:
+                    all_reduce_held(comm, store, [WORD], self.groups.groups["embedding"], "embedding")
+            elif len(ends) == 2 and self._tied_across_stages():  # V, DualPipe: one rank holds both ends
+                add_held(ends, [WORD])
         with comm.tagged(phase="optimizer"):
             for store in self.stores:
                 store.step()
