@@ -40,7 +40,7 @@ def test_interleaving_divides_the_bubble_by_v(pp, m, v):
     assert pipeline_share(res) == pytest.approx(bubble / (m + bubble), rel=0.06)
 
 
-@pytest.mark.parametrize("schedule,v", [("1f1b", None), ("gpipe", None), ("auto", 2)])
+@pytest.mark.parametrize("schedule,v", [("1f1b", None), ("gpipe", None), ("auto", 2), ("looped_bfs", 2)])
 def test_the_pipeline_is_the_schedules_timeline_of_its_passes(schedule, v):
     sim, res = step(global_batch_size=16, pipeline_model_parallel_size=4, ideal_network=True,
                     pipeline_schedule=schedule, num_layers_per_virtual_pipeline_stage=v)
@@ -49,6 +49,14 @@ def test_the_pipeline_is_the_schedules_timeline_of_its_passes(schedule, v):
                                                                 "B")].duration)
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(4))
     assert res.step_time - optimizer == pytest.approx(makespan(times), rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule", ["zb_h1", "zbv", "dualpipev", "dualpipe"])
+def test_schedules_not_costed_yet_are_refused_by_name(schedule):
+    from simcomm.parallel import ConfigError
+    with pytest.raises(ConfigError, match=f"pipeline_schedule {schedule} runs in numeric training; the step model "
+                                          "does not cost"):
+        step(global_batch_size=16, pipeline_model_parallel_size=4, pipeline_schedule=schedule)
 
 
 def test_a_full_step_adds_up_and_reports_its_metrics():

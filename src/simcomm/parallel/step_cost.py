@@ -22,11 +22,13 @@ from ..engine.trace import Activity
 from ..errors import SimcommError
 from ..session import Session
 from .compute_model import ComputeModel
+from .config import ConfigError
 from .data_parallel.timing import data_parallel_timing
 from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
 from .pipeline_parallel.actions import FORWARD
+from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.timing import Pipeline, StageTiming
 from .step_passes import build_pass
 from .step_result import StepResult
@@ -55,6 +57,11 @@ class StepModel:
                  templates: TemplateCache | None = None, check_memory: bool = True):
         self.layout, self.cluster = layout, cluster
         self.cfg, self.dims = layout.config, layout.dims
+        if SCHEDULES[layout.schedule_name].splits_backward or layout.placement.style != "loop":
+            raise ConfigError(f"pipeline_schedule {layout.schedule_name} runs in numeric training; the step model "
+                              "does not cost the backward split into I and W passes, DualPipe's overlapped pairs or "
+                              "the V placement yet (issue 24): choose gpipe, 1f1b, interleaved_1f1b or looped_bfs",
+                              "pipeline_schedule")
         if self.dims.world_size > cluster.num_ranks:
             raise SimcommError(f"the layout needs {self.dims.world_size} GPUs; {cluster.name} has "
                                f"{cluster.num_ranks}")
