@@ -3,8 +3,9 @@ it is made of.
 
 A forward pass of model chunk c is the embedding (first virtual stage), the chunk's layers and the output layer
 with the loss (last virtual stage); a backward pass runs them in reverse, each recomputed layer's forward (full
-recomputation) or core attention (selective) right before its backward. Each backward part says how many
-parameters' gradients it produces (the data-parallel buckets are made of them: data_parallel/timing.py).
+recomputation) or core attention (selective) right before its backward. Split in two (zero-bubble schedules), the
+input pass (I) runs all but the weight-gradient GEMMs and the weight pass (W) those. Each backward part says how
+many parameters' gradients it produces (the data-parallel buckets are made of them: data_parallel/timing.py).
 """
 from __future__ import annotations
 
@@ -38,10 +39,14 @@ class Pass:
         return tuple(p.layer for p in self.parts if p.layer >= 0 and p.phase != "recompute")
 
 
+BACKWARD_PROGRAMS = {"B": "backward", "I": "backward_input", "W": "backward_weight"}
+
+
 def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]) -> Pass:
-    """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` from templates `t` (keys
-    layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
-    output.forward/backward)."""
+    """The pass of `phase` (F, B, or the backward split: I and W) of model chunk `chunk` on pipeline rank `rank`
+    from templates `t` (keys layer.forward, layer.backward, layer.recompute, layer.selective,
+    embedding.forward/backward, output.forward/backward, and the backward_input / backward_weight forms). The
+    recomputation runs before the input gradient needs it; the gradients are made by B, or by W."""
     per_layer = layout.layer_params
     params = stage_parameters(layout, rank)
     layers = layout.layers_of(rank, chunk)
@@ -53,16 +58,17 @@ def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]
         if layout.has_output(rank, chunk):
             seq.append((-2, t["output.forward"], "forward", 0.0))
     else:
+        program, grads = BACKWARD_PROGRAMS[phase], phase != "I"
         if layout.has_output(rank, chunk):
-            seq.append((-2, t["output.backward"], "backward", params["output"]))
+            seq.append((-2, t[f"output.{program}"], "backward", params["output"] if grads else 0.0))
         for pos in reversed(range(len(layers))):
-            rerun = layout.recomputes(pos)
+            rerun = layout.recomputes(pos) if phase != "W" else None
             if rerun:
                 seq.append((layers[pos], t["layer.recompute" if rerun == "full" else "layer.selective"], "recompute",
                             0.0))
-            seq.append((layers[pos], t["layer.backward"], "backward", per_layer))
+            seq.append((layers[pos], t[f"layer.{program}"], "backward", per_layer if grads else 0.0))
         if layout.has_embedding(rank, chunk):
-            seq.append((-1, t["embedding.backward"], "backward", params["embedding"]))
+            seq.append((-1, t[f"embedding.{program}"], "backward", params["embedding"] if grads else 0.0))
     parts, at = [], 0.0
     breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "interference")}
     for layer, tpl, ph, p in seq:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.memory import stage_parameters
-from ..pipeline_parallel.actions import FORWARD
+from ..pipeline_parallel.actions import BACKWARD_WEIGHT, FORWARD
 from .sharding import Sharding, sharding
 
 
@@ -67,8 +67,8 @@ class DataParallelTiming:
         self.sim = traffic.s.sim
         dims, pp = layout.dims, layout.dims.pp
         self.groups = [[dims.ranks(pp=r, tp=t).reshape(-1) for t in representatives] for r in range(pp)]
-        self.buckets = {(r, c): buckets(passes[(r, c, "B")], layout.bucket_size) for r in range(pp)
-                        for c in range(layout.chunks)}
+        self.buckets = {(r, c): buckets(passes.get((r, c, "W"), passes[(r, c, "B")]), layout.bucket_size)
+                        for r in range(pp) for c in range(layout.chunks)}  # from the pass that makes the gradients
         self.last = [[None] * len(representatives) for _ in range(pp)]  # the last op on each stream
         self.pending = [[] for _ in range(pp)]  # reductions the stage waits for before the optimizer
 
@@ -190,6 +190,8 @@ class Zero3Timing(DataParallelTiming):
 
     def before_pass(self, rank: int, action, pass_) -> dict[int, list]:
         cut: dict[int, list] = {}
+        if action.phase == BACKWARD_WEIGHT:  # X^T dY: the weight gradient reads no weights
+            return cut
         params = stage_parameters(self.layout, rank)
         parts, prev = pass_.parts, None
         for i, x in enumerate(parts):

@@ -1,8 +1,9 @@
 """Pipeline stages in the step model: one simpy process per pipeline rank, walking its schedule's actions.
 
-A forward (backward) waits for its activation (gradient) from the neighbouring virtual stage, runs its pass on
-the compute stream (Session.compute, tagged), cut where a part must wait for its parameters, and sends its output
-over the real network (blocking, as Megatron-LM's p2p is, unless overlap_p2p_comm). Each StageTiming owns its time
+A forward (a backward, or its input half I) waits for its activation (gradient) from the neighbouring stage, runs
+its pass on the compute stream (Session.compute, tagged), cut where a part must wait for its parameters, and sends
+its output over the real network (blocking, as Megatron-LM's p2p is, unless overlap_p2p_comm); a weight pass (W)
+waits for nothing; DualPipe's overlapped pair runs as its forward, then its backward. Each StageTiming owns its time
 breakdown (step_result.CATEGORIES): the kernels of its passes (forward, backward, recompute, and the TP and CP
 communication they leave exposed, and how much longer they took for sharing the GPU: interference), pp (a blocking send in flight, or waiting for an activation or gradient
 already on the wire), dp (waiting for parameters), bubble (waiting for work not yet produced); the step adds
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
-from .actions import FORWARD
+from .actions import FORWARD, INPUT_GRADIENT, PHASE_NAMES, WEIGHT_GRADIENT, computations
 
 
 class Pipeline:
@@ -26,7 +27,7 @@ class Pipeline:
         self.activation_bytes = activation_bytes
         dims = layout.dims
         self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
-        self.arrivals: dict = {}  # (phase, microbatch, virtual stage) -> [event, time its transfer started]
+        self.arrivals: dict = {}  # (F | B, microbatch, rank, chunk it is for) -> [event, time its transfer started]
         self.instances: list = []  # (rank, action, pass, part start times), in the order the passes ended
         self._mixes: dict = {}
         self.stages = [StageTiming(self, r) for r in range(dims.pp)]
@@ -65,36 +66,41 @@ class StageTiming:
         self.acc = {k: 0.0 for k in CATEGORIES}
         dp = pipeline.dp
         self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
-        actions = pipeline.layout.schedule[rank]
-        self.last_backward = {c: max(i for i, a in enumerate(actions) if a.phase != FORWARD and a.chunk == c)
-                              for c in range(pipeline.layout.chunks)}
+        self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
+        self.last_backward = {c: max(i for i, a in enumerate(self.actions) if a.phase in WEIGHT_GRADIENT and
+                                     a.chunk == c) for c in range(pipeline.layout.chunks)}
 
     def schedule(self):
-        """Every action of the rank's schedule, in order."""
-        layout, dp = self.p.layout, self.p.dp
-        last_vs = layout.virtual_stages - 1
-        for i, a in enumerate(layout.schedule[self.rank]):
+        """Every action of the rank's schedule, in order: each waits for its input from the neighbouring stage
+        (where the layout's placement puts it), runs, and sends its output on."""
+        layout, dp, placement = self.p.layout, self.p.dp, self.p.layout.placement
+        for i, a in enumerate(self.actions):
             forward = a.phase == FORWARD
-            vs = a.chunk * layout.dims.pp + self.rank
-            deps = []
-            if forward and vs > 0:
-                deps.append(self.p.arrival(("F", a.microbatch, vs)))
-            if not forward and vs < last_vs:
-                deps.append(self.p.arrival(("B", a.microbatch, vs)))
+            source = placement.prev(self.rank, a.chunk) if forward else \
+                placement.next(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
+            deps = [] if source is None else [self.p.arrival(("F" if forward else "B", a.microbatch, self.rank,
+                                                               a.chunk))]
             yield from self._wait(deps)
-            p = self.p.passes[(self.rank, a.chunk, "F" if forward else "B")]
-            tags = {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk,
-                    "phase": "forward" if forward else "backward"}
-            if not forward:
+            p = self.p.passes[(self.rank, a.chunk, a.phase)]
+            tags = {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk, "phase": PHASE_NAMES[a.phase]}
+            if a.phase in WEIGHT_GRADIENT:
                 dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
             yield from self._run_pass(a, p, tags)
-            nxt = vs + 1 if forward else vs - 1
-            if 0 <= nxt <= last_vs:
-                op = self._send(("F" if forward else "B", a.microbatch, nxt), tags)
-                if not layout.config.overlap_p2p_comm:  # Megatron's p2p blocks the sender
-                    t = self.env.now
-                    yield op
-                    self.acc["pp"] += self.env.now - t
+            to = placement.next(self.rank, a.chunk) if forward else \
+                placement.prev(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
+            if to is None:
+                continue
+            key = ("F" if forward else "B", a.microbatch, *to)
+            if to[0] == self.rank:  # the V's turn: handed to the other chunk on this GPU
+                slot = self.p.arrival(key)
+                slot[1] = self.env.now
+                slot[0].succeed()
+                continue
+            op = self._send(key, tags)
+            if not layout.config.overlap_p2p_comm:  # Megatron's p2p blocks the sender
+                t = self.env.now
+                yield op
+                self.acc["pp"] += self.env.now - t
 
     def _wait(self, deps):
         """Wait for the inputs of an action; split the wait into pipeline communication and bubble."""
@@ -139,8 +145,8 @@ class StageTiming:
         self.p.instances.append((self.rank, a, p, starts))
 
     def _send(self, key, tags):
-        """The pass's output to the next virtual stage (its previous one for a gradient), arriving at `key`."""
-        op = self.p.traffic.send(self.ranks, self.p.ranks[key[2] % self.p.layout.dims.pp], self.p.activation_bytes,
+        """The pass's output to the next stage (its previous one for a gradient), arriving at `key`."""
+        op = self.p.traffic.send(self.ranks, self.p.ranks[key[2]], self.p.activation_bytes,
                                  tags={"axis": "pp", **tags})
         slot = self.p.arrival(key)
         slot[1] = self.env.now
@@ -149,7 +155,7 @@ class StageTiming:
 
 
 def _label(a) -> str:
-    return f"{'F' if a.phase == FORWARD else 'B'}{a.microbatch}" + (f" chunk {a.chunk}" if a.chunk else "")
+    return f"{a.phase}{a.microbatch}" + (f" chunk {a.chunk}" if a.chunk else "")
 
 
 __all__ = ["Pipeline", "StageTiming"]
