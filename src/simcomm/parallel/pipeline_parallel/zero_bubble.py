@@ -118,10 +118,9 @@ def _zbv_rank(pp: int, rank: int, n: int) -> list[Action]:
     count: dict[tuple[str, int], int] = defaultdict(int)
     acts: list[Action] = []
 
-    def add(phase: str, chunk: int, index: str | None = None) -> None:
-        key = (index or phase, chunk)
-        acts.append(Action(phase, count[key], chunk))
-        count[key] += 1
+    def add(phase: str, chunk: int) -> None:
+        acts.append(Action(phase, count[(phase, chunk)], chunk))
+        count[(phase, chunk)] += 1
     for _ in range(2 * (pp - rank) - 1):
         add(FORWARD, 0)
     for _ in range(rank):
