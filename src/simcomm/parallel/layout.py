@@ -27,7 +27,7 @@ from .model.config import TransformerConfig
 from .model.flops import layer_params_per_gpu
 from .model.layer import LayerShape
 from .pipeline_parallel.actions import Placement
-from .pipeline_parallel.schedules import SCHEDULES, interleaved_1f1b
+from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.schedules import schedule as make_schedule
 
 
@@ -185,8 +185,6 @@ def _check_schedule(name: str, pp: int) -> None:
 def _schedule(name: str, pp: int, m: int, chunks: int, group_size: int | None):
     """The schedule's actions per rank; shared by the layouts that have the same one (a layout search builds
     thousands whose ZeRO stage or recomputation differ), so read-only."""
-    if name == "interleaved_1f1b":
-        return interleaved_1f1b(pp, m, chunks, group_size)
     return make_schedule(name, pp, m, chunks, group_size)
 
 
