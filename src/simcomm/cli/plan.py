@@ -54,7 +54,8 @@ def cmd_plan(args) -> int:
         raise SimcommError(f"--simulate {args.simulate} is more than --max-simulate {args.max_simulate}")
     space = _space(args)
     result = with_progress("planning", lambda update: plan(model, base, cluster, space, args.jobs, args.simulate,
-                                                           args.max_simulate, update))
+                                                           args.max_simulate, update, args.ray is not None,
+                                                           args.ray or None))
     rows = result.rows
     valid = [r for r in rows if "error" not in r or "step_time" in r]
     fits = result.feasible
@@ -106,6 +107,9 @@ def add_parser(sub) -> None:
                                    "simulated in full, the rest by a lower bound).")
     p.add_argument("scenario", help="a training scenario (its workload gives the model, batch and fixed settings)")
     p.add_argument("--jobs", type=JOBS, help="local worker processes, 1 to this host's cores (default: every core)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="search on a Ray cluster instead of local processes (needs simcomm[ray]); ADDRESS defaults "
+                        "to a local one; same result as local workers")
     p.add_argument("--top", type=whole(1), default=20, help="rows to print (default 20)")
     p.add_argument("--simulate", type=whole(0), default=16, help="simulate at least this many layouts in full")
     p.add_argument("--max-simulate", type=whole(1), default=64, help="and at most this many (default 64)")
