@@ -1,7 +1,7 @@
 """The parallel training programs on real torch.distributed (gloo, one process per rank) give bitwise the same
 losses and weights as on simcomm with gloo numerics: the lecture's DP/TP/PP examples and the numeric GPT under
-DP (ZeRO-1 and ZeRO-3), TP with sequence parallelism, CP (ring attention), PP (1F1B and interleaved 1F1B) and
-their combinations. simcomm's gloo numerics reduce in gloo's order, so every layout is compared bitwise."""
+DP (ZeRO-1 and ZeRO-3), TP with sequence parallelism, CP (ring attention), PP (1F1B, interleaved 1F1B, the
+zero-bubble and DualPipe schedules) and their combinations. simcomm's gloo numerics reduce in gloo's order, so every layout is compared bitwise."""
 import sys
 from pathlib import Path
 
@@ -81,3 +81,17 @@ def test_gpt_expert_parallel_on_real_gloo_are_bitwise_equal():
     result = compare(gpt_layouts, (configs,), nprocs=4, timeout=240)
     assert result.equal, str(result)
     assert all(r["params"] for r in result.simulated[0])
+
+
+def test_gpt_zero_bubble_and_dualpipe_on_real_gloo_are_bitwise_equal():
+    """Issue 24's schedules: the backward split into I and W (ZB-H1 with DP, ZB-V's V placement with ZeRO-1),
+    DualPipeV and DualPipe (two copies of each stage, their gradients all-reduced), on real gloo."""
+    deep = MODEL.with_overrides(num_layers=4)
+    configs = [layout(pipeline_model_parallel_size=2, micro_batch_size=1, pipeline_schedule="zb_h1"),
+               layout(model=deep, pipeline_model_parallel_size=2, micro_batch_size=1, pipeline_schedule="zbv",
+                      zero_stage=1, bucket_size=500),
+               layout(model=deep, pipeline_model_parallel_size=2, micro_batch_size=1, pipeline_schedule="dualpipev"),
+               layout(model=deep, pipeline_model_parallel_size=4, micro_batch_size=1, pipeline_schedule="dualpipe")]
+    result = compare(gpt_layouts, (configs,), nprocs=4, timeout=300)
+    assert result.equal, str(result)
+    assert all(r["params"] for r in result.simulated[0])  # weights were compared, not only losses

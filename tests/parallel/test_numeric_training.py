@@ -136,9 +136,25 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
+DEEPER = MODEL.with_overrides(num_layers=8)
+SCHEDULES = {  # issue 24: every schedule, pp 2 and 4, interleaved where it applies (8 micro-batches)
+    f"pp{pp}-{name}": dict(model=DEEPER, pipeline_model_parallel_size=pp, micro_batch_size=1, pipeline_schedule=name,
+                           **({"virtual_pipeline_model_parallel_size": 2} if name in ("looped_bfs", "interleaved_zb")
+                              else {}))
+    for pp in (2, 4) for name in ("looped_bfs", "zb_h1", "zb_h2", "interleaved_zb", "zbv", "dualpipev", "dualpipe")}
+SCHEDULES["pp2-interleaved-group6"] = dict(model=DEEPER, pipeline_model_parallel_size=2, micro_batch_size=1,
+                                           virtual_pipeline_model_parallel_size=2, microbatch_group_size_per_vp_stage=6)
+SCHEDULES["tp2-dp2-pp2-zero3-zbv"] = dict(model=DEEPER, tensor_model_parallel_size=2, dp=2, micro_batch_size=1,
+                                          pipeline_model_parallel_size=2, pipeline_schedule="zbv", zero_stage=3,
+                                          overlap_grad_reduce=True, bucket_size=500, train_iters=2)
+SCHEDULES["dp2-pp2-zero2-dualpipe"] = dict(model=DEEPER, dp=2, micro_batch_size=1, global_batch_size=16,
+                                           pipeline_model_parallel_size=2, pipeline_schedule="dualpipe", zero_stage=2,
+                                           train_iters=2)
+
+
+@pytest.mark.parametrize("name", list(CASES) + list(SCHEDULES))
 def test_parallel_training_equals_serial_float64(name):
-    lay = layout(**CASES[name])
+    lay = layout(**{**CASES, **SCHEDULES}[name])
     res = run(lay)
     assert_matches_serial(lay, res)
     assert_replicas_equal(lay, res)
@@ -166,6 +182,12 @@ IN_ORDER = {  # layouts whose sums run in serial_in_order's order
                                    micro_batch_size=2, pipeline_schedule="interleaved_1f1b"),
     "pp2-1f1b-dp2-zero1-untied": dict(model=UNTIED, pipeline_model_parallel_size=2, dp=2,
                                       micro_batch_size=2, zero_stage=1),
+    **{f"pp{pp}-{name}-untied": dict(model=DEEPER.with_overrides(untie_embeddings_and_output_weights=True),
+                                     pipeline_model_parallel_size=pp, micro_batch_size=1, pipeline_schedule=name)
+       for pp in (2, 4) for name in ("zb_h1", "zb_h2", "zbv", "dualpipev")},  # the W's in micro-batch order
+    "pp2-interleaved-zb-untied": dict(model=DEEPER.with_overrides(untie_embeddings_and_output_weights=True),
+                                      pipeline_model_parallel_size=2, micro_batch_size=1,
+                                      virtual_pipeline_model_parallel_size=2, pipeline_schedule="interleaved_zb"),
 }
 
 

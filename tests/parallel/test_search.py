@@ -90,12 +90,13 @@ def test_each_bound_is_below_the_next_and_the_step():
         if kind not in simulated:  # one simulated step of each kind
             simulated.add(kind)
             assert full <= search.simulate(c)["step_time"] * (1 + 1e-9), c.label
-    assert {k[0] for k in simulated} == {"1f1b", "gpipe", "interleaved_1f1b"}
+    assert {k[0] for k in simulated} == set(search.SearchSpace().schedules)  # every schedule, ZB and DualPipe too
     assert {k[1] for k in simulated} == {0, 1, 2, 3} and {k[2] for k in simulated} == {False, True}
 
 
 def test_a_1f1b_compute_bound_is_the_schedule_makespan_of_uniform_passes():
-    layout = SimpleNamespace(dims=SimpleNamespace(pp=4), chunks=1, microbatches=8)
+    layout = SimpleNamespace(dims=SimpleNamespace(pp=4), chunks=1, microbatches=8, schedule_name="1f1b",
+                             placement=SimpleNamespace(style="loop"))
     assert search.compute_bound(layout, lambda r, c, ph: 1.0 if ph == "F" else 2.0, 0.5) == (8 + 4 - 1) * 3 + 0.5
 
 

@@ -7,7 +7,9 @@ from simcomm.errors import OutOfMemoryError
 from simcomm.hardware import build_cluster
 from simcomm.parallel import StepModel, TrainingConfig, build_layout, model_preset
 from simcomm.parallel.layer_timing import PROGRAMS, TemplateRunner
-from simcomm.parallel.pipeline_parallel.schedules import FORWARD, makespan, timeline
+from simcomm.parallel.pipeline_parallel.actions import FORWARD, computations
+from simcomm.parallel.pipeline_parallel.timeline import makespan, timeline
+from simcomm.parallel.model.memory import stage_parameters
 from simcomm.parallel.step_cost import optimizer_seconds
 
 WIDE = model_preset("gpt3-13b", num_layers=24, padded_vocab_size=256)  # the layers dominate every stage
@@ -39,17 +41,51 @@ def test_interleaving_divides_the_bubble_by_v(pp, m, v):
     assert pipeline_share(res) == pytest.approx(bubble / (m + bubble), rel=0.06)
 
 
-@pytest.mark.parametrize("schedule,v", [("1f1b", None), ("gpipe", None), ("auto", 2)])
+@pytest.mark.parametrize("schedule,v", [("1f1b", None), ("gpipe", None), ("auto", 2), ("looped_bfs", 2),
+                                        ("zb_h1", None), ("zb_h2", None), ("interleaved_zb", 3), ("zbv", None),
+                                        ("dualpipev", None), ("dualpipe", None)])
 def test_the_pipeline_is_the_schedules_timeline_of_its_passes(schedule, v):
     """With free communication (and, interleaved, asynchronous p2p: Megatron's blocking interleaved schedule sends
-    a steady iteration's forward output only after its backward) the step is the schedule's dependency timeline."""
+    a steady iteration's forward output only after its backward) the step is the schedule's timeline of the passes
+    it runs (F, B, or I and W; an overlapped pair as its forward then its backward), placed as the schedule places
+    its stages."""
     sim, res = step(global_batch_size=16, pipeline_model_parallel_size=4, ideal_network=True,
                     pipeline_schedule=schedule, num_layers_per_virtual_pipeline_stage=v, overlap_p2p_comm=v is not None)
     layout = sim.layout
-    times = timeline(layout.schedule, lambda r, a: sim.passes[(r, a.chunk, "F" if a.phase == FORWARD else
-                                                                "B")].duration)
+    flat = [list(computations(acts)) for acts in layout.schedule]
+    times = timeline(flat, lambda r, a: sim.passes[(r, a.chunk, a.phase)].duration, placement=layout.placement)
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(4))
     assert res.step_time - optimizer == pytest.approx(makespan(times), rel=1e-9)
+
+
+def test_zero_bubble_schedules_fill_the_bubble_and_hold_what_their_papers_say():
+    """Qi et al. 2023 on a real model: ZB-H1 shrinks 1F1B's bubble and holds its activations (rank 0: p
+    micro-batches); ZB-H2 shrinks it further and holds 2p - 1; ZB-V less still with 1F1B's memory; DualPipe
+    holds two copies of its stages' parameters (DeepSeek-V3 Table 2)."""
+    runs = {name: step(global_batch_size=16, pipeline_model_parallel_size=4, ideal_network=True,
+                       pipeline_schedule=name) for name in ("1f1b", "zb_h1", "zb_h2", "zbv", "dualpipe")}
+    share = {name: pipeline_share(res) for name, (_, res) in runs.items()}
+    assert share["zbv"] < share["zb_h2"] < share["zb_h1"] < share["1f1b"]
+    acts = {name: [m.categories["activations"] for m in res.memory] for name, (_, res) in runs.items()}
+    assert acts["zb_h1"][0] == acts["1f1b"][0]
+    assert acts["zb_h2"][0] == pytest.approx(acts["1f1b"][0] * 7 / 4)
+    assert max(acts["zbv"]) == pytest.approx(max(acts["zb_h1"]), rel=0.02)
+    params = {name: [m.parameters for m in res.memory] for name, (_, res) in runs.items()}
+    assert params["dualpipe"][1] == 2 * params["1f1b"][1]
+
+
+def test_dualpipe_adds_the_gradients_of_its_two_copies_of_each_stage():
+    """DualPipe: pipeline ranks r and p - 1 - r all-reduce the gradients of the two stages they both hold; the
+    split backward shows as I and W passes in the trace, the W's making the gradients."""
+    sim, res = step(global_batch_size=16, pipeline_model_parallel_size=4, pipeline_schedule="dualpipe")
+    acts = res.simulation.recorder.activities()
+    mirror = [a for a in acts if a.tags.get("phase") == "mirror_grads"]
+    gpus = sim.dims.ranks(dp=0, cp=0, tp=0).reshape(-1).tolist()
+    assert {a.rank for a in mirror} == set(gpus)
+    want = sum(stage_parameters(sim.layout, 0).values()) * sim.cfg.grad_bytes
+    assert all(a.kind == "collective" and a.nbytes == want for a in mirror if a.rank == gpus[0])
+    phases = {a.tags["phase"] for a in acts if a.kind == "compute" and "layer" in a.tags}
+    assert phases == {"forward", "backward", "backward_input", "backward_weight"}
 
 
 def test_a_full_step_adds_up_and_reports_its_metrics():

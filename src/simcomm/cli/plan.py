@@ -25,12 +25,12 @@ def _choices(text: str | None, allowed: dict, what: str):
 
 
 def _space(args):
+    from ..parallel.pipeline_parallel.schedules import SCHEDULES
     from ..parallel.search import SearchSpace
     default = SearchSpace()
     given = {"tp": args.tp, "pp": args.pp, "cp": args.cp, "micro_batch_size": args.mbs, "zero": args.zero,
              "ep": args.ep, "etp": args.etp,
-             "schedules": _choices(args.schedules, {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved":
-                                                    "interleaved_1f1b", "interleaved_1f1b": "interleaved_1f1b"},
+             "schedules": _choices(args.schedules, {"interleaved": "interleaved_1f1b", **{n: n for n in SCHEDULES}},
                                    "schedule"),
              "recompute": _choices(args.recompute, {"none": None, "selective": "selective", "full": "full"},
                                    "recomputation")}
@@ -126,7 +126,8 @@ def add_parser(sub) -> None:
                         "into 2 x cp chunks divisible by tp)")
     p.add_argument("--mbs", type=wholes(1), help="micro-batch sizes (default 1,2,4)")
     p.add_argument("--zero", type=wholes(0, 3), help="ZeRO stages (default 0,1,2,3; 3 only with pp 1)")
-    p.add_argument("--schedules", help="1f1b,interleaved,gpipe (default: all three)")
+    p.add_argument("--schedules", help="of 1f1b, interleaved_1f1b, gpipe, zb_h1, zb_h2, interleaved_zb, zbv, "
+                   "dualpipev, dualpipe, looped_bfs (default: all)")
     p.add_argument("--recompute", help="none,selective,full (default: all three)")
     p.add_argument("--max-virtual", type=whole(1), help="largest v for the interleaved schedule (default 8)")
     p.add_argument("--plot", help="write a PNG of step time against peak memory for every layout that fits")

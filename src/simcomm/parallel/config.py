@@ -65,8 +65,10 @@ class TrainingConfig:
     decoder_last_pipeline_num_layers: int | None = setting(None, "layers on the last stage", lo=1, hi=BIG)
     account_for_embedding_in_pipeline_split: bool = setting(False, "count the embedding as a layer")
     account_for_loss_in_pipeline_split: bool = setting(False, "count the loss as a layer")
-    pipeline_schedule: str = setting("auto", "auto (1F1B, interleaved with virtual stages), gpipe, 1f1b, "
-                                     "interleaved_1f1b", choices=("auto", "gpipe", "1f1b", "interleaved_1f1b"))
+    pipeline_schedule: str = setting("auto", "auto (1F1B, interleaved with virtual stages), or a schedule by "
+                                     "torch.distributed.pipelining / Megatron-LM's name",
+                                     choices=("auto", "gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "zb_h1",
+                                              "zb_h2", "interleaved_zb", "zbv", "dualpipe", "dualpipev"))
     world_size: int = setting(0, "GPUs used (0: every rank of the cluster)", lo=0, hi=1 << 20)
     # -- mixture of experts (the model's MoE fields say which layers are MoE and what they hold)
     expert_model_parallel_size: int = setting(1, "EP size: ranks the experts of an MoE layer are sharded over",

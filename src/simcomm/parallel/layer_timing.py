@@ -21,6 +21,7 @@ is made per distinct local layout of the stage's groups (nodes of a PCIe box are
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Mapping
 
 import numpy as np
@@ -234,4 +235,7 @@ class TemplateCache:
 PROGRAMS = {"layer.forward": ops.layer_forward, "layer.backward": ops.layer_backward,
             "layer.recompute": ops.layer_forward, "layer.selective": ops.selective_recompute,
             "embedding.forward": ops.embedding_forward, "embedding.backward": ops.embedding_backward,
-            "output.forward": ops.output_forward, "output.backward": ops.output_backward}
+            "output.forward": ops.output_forward, "output.backward": ops.output_backward,
+            **{f"{unit}.backward_{part}": partial(program, part=part)  # the backward split (zero-bubble I and W)
+               for unit, program in (("layer", ops.layer_backward), ("embedding", ops.embedding_backward),
+                                     ("output", ops.output_backward)) for part in ("input", "weight")}}

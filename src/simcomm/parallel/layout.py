@@ -27,7 +27,8 @@ from .model.config import TransformerConfig
 from .model.flops import expert_params, layer_params_per_gpu
 from .model.layer import LayerShape
 from .model.moe.balance import routing_shares
-from .pipeline_parallel.schedules import interleaved_1f1b
+from .pipeline_parallel.actions import Placement
+from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.schedules import schedule as make_schedule
 
 # Both executions run a step piece by piece: each micro-batch's pass through each model chunk, cut with ZeRO-3
@@ -37,6 +38,10 @@ from .pipeline_parallel.schedules import schedule as make_schedule
 # naming these bounds (each about a minute).
 MAX_PIPELINE_PASSES = 1 << 16
 MAX_LAYER_PASSES = 1 << 20
+
+
+# The templates a backward pass runs: whole (B), or split into its input (I) and weight (W) gradients.
+BACKWARD_PROGRAMS = {"B": "backward", "I": "backward_input", "W": "backward_weight"}
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,13 @@ class Layout:
         return self.dims.world_size
 
     @property
+    def placement(self) -> Placement:
+        """Which model stage each (pipeline rank, chunk) holds (the schedule's: loop, V or DualPipe's two ways)."""
+        return SCHEDULES[self.schedule_name].placement(self.dims.pp, self.chunks)
+
+    @property
     def virtual_stages(self) -> int:
-        return self.dims.pp * self.chunks
+        return self.placement.stages
 
     @property
     def data_parallel_shards(self) -> int:
@@ -132,16 +142,17 @@ class Layout:
         return self.stage_layers[rank][chunk]
 
     def has_embedding(self, rank: int, chunk: int) -> bool:
-        return rank == 0 and chunk == 0
+        return self.placement.stage(rank, chunk) == 0
 
     def has_output(self, rank: int, chunk: int) -> bool:
-        return rank == self.dims.pp - 1 and chunk == self.chunks - 1
+        return self.placement.stage(rank, chunk) == self.virtual_stages - 1
 
     def pass_parts(self, rank: int, chunk: int, phase: str) -> tuple[tuple[int, str, str], ...]:
-        """What a forward ('F') or backward ('B') pass of model chunk `chunk` on pipeline rank `rank` runs, in order:
-        (layer, program, phase) with layer -1 the embedding and -2 the output layer. Forward: the embedding (first
-        virtual stage), the chunk's layers, the output layer and loss (last virtual stage); backward in reverse,
-        each recomputed layer's forward (full) or core attention (selective) right before its backward."""
+        """What a forward ('F'), backward ('B') or split-backward ('I' input, 'W' weight) pass of model chunk
+        `chunk` on pipeline rank `rank` runs, in order: (layer, program, phase) with layer -1 the embedding and -2
+        the output layer. Forward: the embedding (first virtual stage), the chunk's layers, the output layer and
+        loss (last virtual stage); backward in reverse, each recomputed layer's forward (full) or core attention
+        (selective) right before the input gradient needs it (B or I, never W)."""
         layers, out = self.layers_of(rank, chunk), []
         if phase == "F":
             if self.has_embedding(rank, chunk):
@@ -150,15 +161,16 @@ class Layout:
             if self.has_output(rank, chunk):
                 out.append((-2, "output.forward", "forward"))
             return tuple(out)
+        program = BACKWARD_PROGRAMS[phase]
         if self.has_output(rank, chunk):
-            out.append((-2, "output.backward", "backward"))
+            out.append((-2, f"output.{program}", "backward"))
         for pos in reversed(range(len(layers))):
-            rerun = self.recomputes(pos)
+            rerun = self.recomputes(pos) if phase != "W" else None
             if rerun:
                 out.append((layers[pos], "layer.recompute" if rerun == "full" else "layer.selective", "recompute"))
-            out.append((layers[pos], "layer.backward", "backward"))
+            out.append((layers[pos], f"layer.{program}", "backward"))
         if self.has_embedding(rank, chunk):
-            out.append((-1, "embedding.backward", "backward"))
+            out.append((-1, f"embedding.{program}", "backward"))
         return tuple(out)
 
     def describe(self) -> str:
@@ -187,9 +199,10 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
                         etp=c.etp)
     _check_splits(model, c, dims)
     m = c.global_batch_size // (c.micro_batch_size * dims.dp)
-    chunks, layers = _assign_layers(model, c, pp)
+    name = _schedule_name(model, c, pp)
+    chunks, layers = _assign_layers(model, c, pp, SCHEDULES[name])
+    _check_schedule(name, pp)
     _check_work(m, chunks, pp, model, c)
-    name = _schedule_name(c, chunks, pp)
     if c.recompute_granularity == "full" and c.recompute_method == "block" and not c.recompute_num_layers:
         raise ConfigError("recompute_method block needs recompute_num_layers", "recompute_num_layers")
     try:
@@ -277,34 +290,38 @@ def _check_experts(model: TransformerConfig, c: TrainingConfig, dims: ParallelDi
                           "moe_expert_load")
 
 
-def _schedule_name(c: TrainingConfig, chunks: int, pp: int) -> str:
+def _schedule_name(model: TransformerConfig, c: TrainingConfig, pp: int) -> str:
+    """The schedule's canonical name (auto: interleaved 1F1B with virtual stages, else 1F1B)."""
     name = c.pipeline_schedule
     if name == "auto":
-        name = "interleaved_1f1b" if chunks > 1 else "1f1b"
-    if name == "interleaved_1f1b" and chunks == 1:
-        raise ConfigError("pipeline_schedule interleaved_1f1b needs num_layers_per_virtual_pipeline_stage",
-                          "pipeline_schedule")
-    if name != "interleaved_1f1b" and chunks > 1:
-        raise ConfigError(f"pipeline_schedule {name} runs one model chunk per stage; "
-                          "num_layers_per_virtual_pipeline_stage needs interleaved_1f1b", "pipeline_schedule")
-    if name == "interleaved_1f1b" and pp < 2:
-        raise ConfigError("the interleaved schedule needs pipeline_model_parallel_size >= 2",
-                          "pipeline_model_parallel_size")
+        per_stage = (model.num_layers + c.account_for_embedding_in_pipeline_split +
+                     c.account_for_loss_in_pipeline_split) // pp
+        n, v = c.num_layers_per_virtual_pipeline_stage, c.virtual_pipeline_model_parallel_size
+        name = "interleaved_1f1b" if (v or 1) > 1 or n and n < per_stage else "1f1b"
     return name
+
+
+def _check_schedule(name: str, pp: int) -> None:
+    spec = SCHEDULES[name]
+    if pp < 2 and (spec.chunks == "two" or name == "interleaved_1f1b"):
+        which = "interleaved schedule" if name == "interleaved_1f1b" else f"{name} schedule"
+        raise ConfigError(f"the {which} needs pipeline_model_parallel_size >= 2", "pipeline_model_parallel_size")
+    if spec.even_pp and pp % 2:
+        raise ConfigError(f"the {name} schedule needs an even pipeline_model_parallel_size, got {pp}",
+                          "pipeline_model_parallel_size")
 
 
 @lru_cache(maxsize=32)
 def _schedule(name: str, pp: int, m: int, chunks: int, group_size: int | None):
     """The schedule's actions per rank; shared by the layouts that have the same one (a layout search builds
     thousands whose ZeRO stage or recomputation differ), so read-only."""
-    if name == "interleaved_1f1b":
-        return interleaved_1f1b(pp, m, chunks, group_size)
-    return make_schedule(name, pp, m, 1)
+    return make_schedule(name, pp, m, chunks, group_size)
 
 
-def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int):
-    """(v, [rank][chunk] -> layer indices): Megatron's pipeline split of the decoder layers (virtual stage
-    chunk * p + rank holds the chunk-th run of consecutive layers on that rank)."""
+def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int, spec):
+    """(v, [rank][chunk] -> layer indices): Megatron's pipeline split of the decoder layers, stage s holding the
+    s-th run of consecutive layers; the schedule's placement says which stage each (rank, chunk) holds (virtual
+    stage chunk * p + rank in Megatron's; V and DualPipe's in actions.py)."""
     L = model.num_layers
     emb, loss = int(c.account_for_embedding_in_pipeline_split), int(c.account_for_loss_in_pipeline_split)
     first, last = c.decoder_first_pipeline_num_layers, c.decoder_last_pipeline_num_layers
@@ -312,7 +329,7 @@ def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int):
         raise ConfigError("decoder_first/last_pipeline_num_layers and account_for_*_in_pipeline_split are "
                           "exclusive", "decoder_first_pipeline_num_layers")
     if first is not None or last is not None:
-        if c.num_layers_per_virtual_pipeline_stage or c.virtual_pipeline_model_parallel_size:
+        if c.num_layers_per_virtual_pipeline_stage or c.virtual_pipeline_model_parallel_size or spec.chunks == "two":
             raise ConfigError("decoder_first/last_pipeline_num_layers are supported here without virtual stages",
                               "decoder_first_pipeline_num_layers")
         counts = _uneven(L, pp, first, last)
@@ -324,25 +341,34 @@ def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int):
         raise ConfigError(f"num_layers ({L}{extra + f' = {slots}' if extra else ''}) is not divisible by "
                           f"pipeline_model_parallel_size ({pp})", "pipeline_model_parallel_size")
     per_stage = slots // pp
-    v = _virtual_stages(c, per_stage, pp)
-    per_vs = per_stage // v
-    if (emb or loss) and per_vs <= 1 and pp * v > 1:
+    v = _virtual_stages(c, per_stage, pp, spec)
+    placement = spec.placement(pp, v)
+    per_vs = slots // placement.stages
+    if (emb or loss) and per_vs <= 1 and placement.stages > 1:
         raise ConfigError("a virtual stage that holds only the embedding or the loss has no decoder layers",
                           "num_layers_per_virtual_pipeline_stage")
-    out, nxt = [[None] * v for _ in range(pp)], 0
-    for chunk in range(v):
-        for rank in range(pp):
-            vs = chunk * pp + rank
-            n = per_vs - (emb if vs == 0 else 0) - (loss if vs == pp * v - 1 else 0)
-            out[rank][chunk] = tuple(range(nxt, nxt + n))
-            nxt += n
-    return v, tuple(tuple(r) for r in out)
+    runs, nxt = [], 0
+    for vs in range(placement.stages):
+        n = per_vs - (emb if vs == 0 else 0) - (loss if vs == placement.stages - 1 else 0)
+        runs.append(tuple(range(nxt, nxt + n)))
+        nxt += n
+    return v, tuple(tuple(runs[placement.stage(r, ch)] for ch in range(v)) for r in range(pp))
 
 
-def _virtual_stages(c: TrainingConfig, per_stage: int, pp: int) -> int:
+def _virtual_stages(c: TrainingConfig, per_stage: int, pp: int, spec) -> int:
     """v, the model chunks per pipeline rank: layers per stage / num_layers_per_virtual_pipeline_stage, or
-    virtual_pipeline_model_parallel_size; either must divide the stage's layers."""
+    virtual_pipeline_model_parallel_size; either must divide the stage's layers. The V-shaped schedules and
+    DualPipe hold two chunks (DualPipe: two whole stages), the others what the schedule allows."""
     n, v = c.num_layers_per_virtual_pipeline_stage, c.virtual_pipeline_model_parallel_size
+    if spec.chunks == "two":
+        given = per_stage // n if n and not per_stage % n else v
+        if given not in (None, 2):
+            raise ConfigError(f"pipeline_schedule {spec.name} runs two model chunks per rank; the virtual pipeline "
+                              f"settings give {given}", "pipeline_schedule")
+        if spec.style == "v" and per_stage % 2:
+            raise ConfigError(f"pipeline_schedule {spec.name} splits each rank's layers in two chunks; "
+                              f"{per_stage} layers per stage do not split", "pipeline_schedule")
+        return 2
     if n and per_stage % n:
         raise ConfigError(f"num_layers_per_virtual_pipeline_stage ({n}) must divide the layers per pipeline "
                           f"stage ({per_stage})", "num_layers_per_virtual_pipeline_stage")
@@ -352,7 +378,15 @@ def _virtual_stages(c: TrainingConfig, per_stage: int, pp: int) -> int:
     if v and v > 1 and pp == 1:
         raise ConfigError("virtual_pipeline_model_parallel_size > 1 needs pipeline_model_parallel_size > 1",
                           "virtual_pipeline_model_parallel_size")
-    return per_stage // n if n else (v or 1)
+    got = per_stage // n if n else (v or 1)
+    if spec.chunks == "one" and got > 1:
+        raise ConfigError(f"pipeline_schedule {spec.name} runs one model chunk per stage; "
+                          "num_layers_per_virtual_pipeline_stage needs interleaved_1f1b (or looped_bfs, "
+                          "interleaved_zb)", "pipeline_schedule")
+    if spec.name == "interleaved_1f1b" and got == 1:
+        raise ConfigError("pipeline_schedule interleaved_1f1b needs num_layers_per_virtual_pipeline_stage",
+                          "pipeline_schedule")
+    return got
 
 
 def _uneven(L: int, pp: int, first: int | None, last: int | None) -> list[int]:

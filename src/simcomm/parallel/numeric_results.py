@@ -9,9 +9,10 @@ from .model.gpt import WORD, param_specs, unshard
 
 
 def global_losses(results: list[dict], layout) -> list[float]:
-    """The loss of each step over the whole batch (the last stage's shares, one TP rank, summed over dp x cp)."""
-    shares = [r["loss_share"] for r in results
-              if r["coords"]["pp"] == layout.dims.pp - 1 and r["coords"]["tp"] == 0]
+    """The loss of each step over the whole batch (the shares of the ranks that hold the last stage, one TP rank,
+    summed over dp x cp and, in DualPipe, over the two ranks that hold it)."""
+    last = {r for r in range(layout.dims.pp) for c in range(layout.chunks) if layout.has_output(r, c)}
+    shares = [r["loss_share"] for r in results if r["coords"]["pp"] in last and r["coords"]["tp"] == 0]
     return [float(sum(s[i] for s in shares)) for i in range(layout.config.train_iters)]
 
 

@@ -20,7 +20,7 @@ from . import data
 from .config import ConfigError, TrainingConfig
 from .context_parallel import RingAttention, load_balanced_positions
 from .data_parallel import make_store
-from .data_parallel.reduce import all_reduce_held
+from .data_parallel.reduce import add_held, all_reduce_held
 from .dims import Axis, LayoutError
 from .expert_parallel import ExpertParallel
 from .expert_parallel.store import ExpertStores
@@ -75,9 +75,14 @@ class RankGroups:
             layouts.update({a.value: dims.groups(a) for a in (Axis.EP, Axis.ETP, Axis.EDP)})
             layouts["tp_cp"] = dims.groups(Axis.TP, Axis.CP)
             layouts["stage"] = dims.groups(Axis.TP, Axis.CP, Axis.DP)
-        if dims.pp > 1 and not layout.model.untie_embeddings_and_output_weights:
-            layouts["embedding"] = np.stack([dims.ranks(pp=0).reshape(-1), dims.ranks(pp=dims.pp - 1).reshape(-1)],
-                                            axis=1)
+        ends = sorted({r for r in range(dims.pp) for c in range(layout.chunks)
+                       if layout.has_embedding(r, c) or layout.has_output(r, c)})
+        if len(ends) == 2 and layout.placement.style == "loop" and not layout.model.untie_embeddings_and_output_weights:
+            layouts["embedding"] = np.stack([dims.ranks(pp=r).reshape(-1) for r in ends], axis=1)
+        if layout.placement.style == "dual":  # DualPipe: pipeline ranks r and p - 1 - r hold the same two stages
+            layouts["mirror"] = np.concatenate([np.stack([dims.ranks(pp=r).reshape(-1),
+                                                          dims.ranks(pp=dims.pp - 1 - r).reshape(-1)], axis=1)
+                                                for r in range(dims.pp // 2)])
         for name, rows in layouts.items():
             for row in rows:
                 members = [int(r) for r in row]
@@ -128,7 +133,7 @@ class RankTrainer:
         seq = m.seq_length // c // (t if cfg.sequence_parallel else 1)
         like = Meta((1,), self.dtype) if cfg.size_only else np.zeros(1, self.dtype)
         self.runner = PipelineRunner(comm, self.links, self.chunks, self.stores, (seq, self.micro, m.hidden_size),
-                                     like)
+                                     like, layout.placement)
         self.actions = layout.schedule[self.coords["pp"]]
 
     def _charge(self, name: str, share: float = 1.0) -> None:
@@ -181,7 +186,7 @@ class RankTrainer:
         params = {n: self._local(n, full) for names in units.values() for n in names}
         experts = {u: [n for n in names if self.specs[n].expert] for u, names in units.items()}
         dense = {u: [n for n in names if not self.specs[n].expert] for u, names in units.items()}
-        ctx.store = self._store("dp_cp", dense, params, {WORD} if "embedding" in g.ranks else set())
+        ctx.store = self._store("dp_cp", dense, params, {WORD} if self._tied_across_stages() else set())
         if any(experts.values()):
             ctx.store = ExpertStores(ctx.store, self._store("edp", experts, params, set()),
                                      [n for names in experts.values() for n in names])
@@ -210,6 +215,10 @@ class RankTrainer:
         """Every data-parallel store of every chunk (the dense ones first)."""
         return [p for s in self.stores for p in getattr(s, "parts", (s,))]
 
+    def _tied_across_stages(self) -> bool:
+        """The word embedding is tied and its two ends are different model stages (their gradients summed)."""
+        return self.layout.virtual_stages > 1 and not self.layout.model.untie_embeddings_and_output_weights
+
     # ---- one step ----------------------------------------------------------------------------------------
     def _microbatches(self, step: int):
         cfg, m = self.cfg, self.layout.model
@@ -233,14 +242,22 @@ class RankTrainer:
         with comm.tagged(phase="grad_sync"):
             for store in self._parts():
                 store.finish()
+            if "mirror" in self.groups.ranks:  # DualPipe's two copies of each stage: one gradient
+                order = sorted(range(len(self.stores)), key=lambda c: self.layout.placement.stage(self.coords["pp"], c))
+                for c in order:
+                    store = self.stores[c]
+                    all_reduce_held(comm, store, [n for ns in store.units.values() for n in ns],
+                                    self.groups.groups["mirror"], "pp")
             if cfg.sequence_parallel and self.tp.size > 1:
                 names = [n for n, s in self.specs.items() if s.sequence_parallel]
                 for store in dense:
                     all_reduce_held(comm, store, names, self.tp.group, "tp")
+            ends = [store for chunk, store in zip(self.chunks, dense) if chunk.pre or chunk.post]
             if "embedding" in self.groups.ranks:
-                for chunk, store in zip(self.chunks, dense):
-                    if chunk.pre or chunk.post:
-                        all_reduce_held(comm, store, [WORD], self.groups.groups["embedding"], "embedding")
+                for store in ends:
+                    all_reduce_held(comm, store, [WORD], self.groups.groups["embedding"], "embedding")
+            elif len(ends) == 2 and self._tied_across_stages():  # V, DualPipe: one rank holds both ends
+                add_held(ends, [WORD])
         with comm.tagged(phase="optimizer"):
             for store in self._parts():
                 store.step()

@@ -6,8 +6,9 @@ Passes, all deterministic (the result does not depend on the number of workers):
 1. enumerate: every combination Megatron-LM's rules allow (build_layout accepts it): tp divides the GPUs of a node
    and the heads; cp (by default) every size that divides the GPUs left and splits the sequence into 2 cp equal
    chunks (causal load balancing) that sequence parallelism can split again by tp; pp divides the layers;
-   dp = GPUs / (tp cp pp) divides the batch with the micro-batch; schedules 1F1B, GPipe and interleaved 1F1B with
-   every v that divides the stage's layers; ZeRO stages 0-3 (1-3 need dp x cp > 1; 3 only without pipeline
+   dp = GPUs / (tp cp pp) divides the batch with the micro-batch; schedules 1F1B, GPipe, interleaved 1F1B, looped
+   BFS and interleaved zero bubble with every v that divides the stage's layers, ZB-H1, ZB-H2, ZB-V, DualPipeV and
+   DualPipe where their sizes allow; ZeRO stages 0-3 (1-3 need dp x cp > 1; 3 only without pipeline
    parallelism, as DeepSpeed and Megatron-LM; not with experts). MoE models: ep every divisor of the experts that
    divides a stage's GPUs, etp 1 or tp (the expert grid folded onto the stage). Sequence parallelism is on
    whenever tp > 1 (same traffic as
@@ -41,7 +42,9 @@ from .dims import LayoutError
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
-from .pipeline_parallel.schedules import FORWARD, makespan, timeline
+from .pipeline_parallel.actions import computations
+from .pipeline_parallel.schedules import SCHEDULES
+from .pipeline_parallel.timeline import makespan, timeline
 from .step_cost import StepModel, optimizer_seconds
 from .step_passes import build_pass
 
@@ -56,7 +59,8 @@ class SearchSpace:
     pp: tuple[int, ...] | None = None  # None: the divisors of the GPUs left, up to the layers
     cp: tuple[int, ...] | None = None  # None: the divisors of the GPUs left that split the sequence (see cp_sizes)
     micro_batch_size: tuple[int, ...] = (1, 2, 4)
-    schedules: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe")
+    schedules: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "zb_h2", "interleaved_zb", "zbv",
+                                  "dualpipev", "dualpipe", "looped_bfs")
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str | None, ...] = (None, "selective", "full")
     max_virtual: int = 8
@@ -90,7 +94,9 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved_1f1b": f"1F1B-v{self.v}"}[self.schedule]
+        sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved_1f1b": f"1F1B-v{self.v}", "zb_h1": "ZB-H1",
+                 "zb_h2": "ZB-H2", "interleaved_zb": f"ZB-v{self.v}", "zbv": "ZB-V", "dualpipev": "DualPipeV",
+                 "dualpipe": "DualPipe", "looped_bfs": f"LoopedBFS-v{self.v}"}[self.schedule]
         experts = f" ep{self.ep}" + (f" etp{self.etp}" if self.etp not in (None, self.tp) else "") \
             if self.ep > 1 or self.etp not in (None, self.tp) else ""
         return (f"tp{self.tp} pp{self.pp} cp{self.cp}{experts} mbs{self.mbs} {sched} zero{self.zero} "
@@ -140,7 +146,7 @@ def candidates(model, base: TrainingConfig, world: int, ranks_per_node: int, spa
                     if pp == 1 and sched != "1f1b" or zero == 3 and (pp > 1 or model.is_moe) or zero and dp * cp == 1:
                         continue
                     vs = [1]
-                    if sched == "interleaved_1f1b":
+                    if SCHEDULES[sched].chunks in ("any", "many"):  # the loop schedules with virtual stages
                         per = model.num_layers // pp if model.num_layers % pp == 0 else 0
                         vs = [v for v in range(2, space.max_virtual + 1) if per and per % v == 0 and m >= pp]
                     out += [Candidate(tp, pp, cp, mbs, sched, v, zero, rc, ep, etp) for v in vs
@@ -197,16 +203,33 @@ def _kernel_seconds(sim: StepModel, rank: int, chunk: int, phase: str) -> float:
 
 
 def compute_bound(layout, seconds, optimizer: float) -> float:
-    """The schedule's critical path with passes of `seconds(rank, chunk, 'F' | 'B')`: rank r starts with
+    """The schedule's critical path with passes of `seconds(rank, chunk, phase)`: rank r starts with
     micro-batch 0's first forward, after ranks < r ran theirs, and ends with a last backward of model chunk 0,
     which ranks < r then run; between, it runs every one of its passes. Holds for GPipe, 1F1B and interleaved
-    1F1B (a lower bound of their makespan); exact for 1F1B with uniform stages."""
+    1F1B (a lower bound of their makespan); exact for 1F1B with uniform stages. The other schedules end with
+    weight gradients that nothing waits for, or start from both ends: `_start_bound`."""
+    if SCHEDULES[layout.schedule_name].splits_backward or layout.placement.style != "loop":
+        return _start_bound(layout, seconds) + optimizer
     pp, v, m = layout.dims.pp, layout.chunks, layout.microbatches
     edge, out = 0.0, 0.0
     for r in range(pp):
         out = max(out, edge + m * sum(seconds(r, c, "F") + seconds(r, c, "B") for c in range(v)))
         edge += seconds(r, 0, "F") + seconds(r, 0, "B")
     return out + optimizer
+
+
+def _start_bound(layout, seconds) -> float:
+    """Each rank's first pass waits for the forwards that feed it (from rank 0, or in DualPipe from whichever end
+    is nearer), then the rank runs every one of its passes: the latest such end."""
+    pp, placement, out = layout.dims.pp, layout.placement, 0.0
+    for r, acts in enumerate(layout.schedule):
+        first = next(computations(acts))
+        edge, at = 0.0, placement.prev(r, first.chunk)
+        while at is not None:
+            edge += seconds(at[0], at[1], "F")
+            at = placement.prev(*at)
+        out = max(out, edge + sum(seconds(r, a.chunk, a.phase) for a in computations(acts)))
+    return out
 
 
 def screen(c: Candidate) -> dict:
@@ -237,7 +260,8 @@ def bound(c: Candidate) -> dict:
     layout = _layout(c)
     sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
     passes = sim.build_passes()
-    times = timeline(layout.schedule, lambda r, a: passes[(r, a.chunk, "F" if a.phase == FORWARD else "B")].duration)
+    flat = [list(computations(acts)) for acts in layout.schedule]  # an overlapped pair: F, then B (timing.py)
+    times = timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, placement=layout.placement)
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
     return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
 

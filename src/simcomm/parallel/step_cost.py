@@ -32,7 +32,8 @@ from .expert_parallel.step_report import expert_groups, moe_breakdown
 from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
-from .pipeline_parallel.schedules import FORWARD
+from .pipeline_parallel.actions import PHASE_NAMES
+from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.timing import Pipeline, StageTiming, slowed
 from .step_passes import build_pass
 from .step_result import StepResult
@@ -78,18 +79,21 @@ class StepModel:
                 for r in range(self.dims.pp)]
 
     def build_passes(self) -> dict:
-        """(pipeline rank, chunk, 'F' | 'B') -> Pass, from the layer templates (timed on the cluster once)."""
+        """(pipeline rank, chunk, 'F' | 'B', and 'I' | 'W' where the schedule splits the backward) -> Pass, from
+        the layer templates (timed on the cluster once)."""
         L, cfg, dims = self.layout, self.cfg, self.dims
+        split = SCHEDULES[L.schedule_name].splits_backward
+        names = [n for n in PROGRAMS if split or not n.endswith(("_input", "_weight"))]
         tpls = [{name: self.templates.get(self.cm, dims.ranks(pp=r, dp=0), self.shape, cfg.act_dtype,
-                                          cfg.ideal_network, name) for name in PROGRAMS} for r in range(dims.pp)]
+                                          cfg.ideal_network, name) for name in names} for r in range(dims.pp)]
         if L.model.is_moe:
             for r in range(dims.pp):
                 stage, experts = dims.ranks(pp=r, dp=0), expert_groups(dims, r)
                 tpls[r].update({"moe_" + name: self.templates.get(self.cm, stage, L.moe_layer_shape, cfg.act_dtype,
                                                                   cfg.ideal_network, name, experts)
-                                for name in PROGRAMS if name.startswith("layer.")})
+                                for name in names if name.startswith("layer.")})
         self.passes = {(r, c, ph): build_pass(L, r, c, ph, tpls[r]) for r in range(dims.pp)
-                       for c in range(L.chunks) for ph in "FB"}
+                       for c in range(L.chunks) for ph in ("FBIW" if split else "FB")}
         return self.passes
 
     # ---- the step --------------------------------------------------------------------------------------------
@@ -204,8 +208,14 @@ class _StepEnd:
         self.ready = [self.env.event() for _ in range(pp)]
         self.idle_from = [0.0] * pp
         self.ends = [None] * pp
-        self.tied = pp > 1 and not model.layout.model.untie_embeddings_and_output_weights
+        layout = model.layout
+        # Megatron's embedding group: the first and last stage on two ranks (in a V, or DualPipe after its two
+        # copies of each stage are summed, one rank holds both ends and adds them in place)
+        self.tied = pp > 1 and not layout.model.untie_embeddings_and_output_weights and \
+            layout.placement.style == "loop"
+        self.mirrored = layout.placement.style == "dual"
         self._embedding = self._norm = None
+        self._mirror: dict = {}
 
     def simulate(self) -> list[float]:
         """Run the step; each stage's end (its optimizer and last gathers done)."""
@@ -237,6 +247,13 @@ class _StepEnd:
             t = env.now
             yield env.all_of(norms)
             st.acc["tp"] += env.now - t
+        if self.mirrored:
+            t = env.now
+            yield self.grads_done[pp - 1 - r]
+            st.acc["bubble"] += env.now - t
+            t = env.now
+            yield self._mirror_all_reduce(min(r, pp - 1 - r))
+            st.acc["pp"] += env.now - t
         if self.tied and r in (0, pp - 1):
             t = env.now
             yield self.grads_done[pp - 1 - r if r else pp - 1]  # the other end of the embedding group
@@ -309,6 +326,23 @@ class _StepEnd:
                                           tags={"axis": "dp", "phase": "embedding_grads"}) for g in pairs])
         return self._embedding
 
+    def _mirror_all_reduce(self, r: int):
+        """DualPipe: pipeline ranks r and p - 1 - r hold the same two stages; they add their gradients (the
+        shards they hold after the data-parallel reduction under ZeRO-2/3)."""
+        if r not in self._mirror:
+            layout, dims, cfg, pp = self.model.layout, self.model.dims, self.model.cfg, self.model.dims.pp
+            size = sum(stage_parameters(layout, r).values()) * cfg.grad_bytes
+            if layout.sharding.gradients:
+                size /= layout.data_parallel_shards
+            dtype = "float32" if cfg.grad_bytes == 4 else cfg.act_dtype
+            pairs = [np.array([dims.ranks(pp=r, dp=0, cp=0, tp=t), dims.ranks(pp=pp - 1 - r, dp=0, cp=0, tp=t)])
+                     for t in self.reps]
+            self._mirror[r] = self.env.all_of([
+                self.p.traffic.collective("all_reduce", g, size, dtype,
+                                          after=[self.grads_done[r], self.grads_done[pp - 1 - r]],
+                                          tags={"axis": "pp", "phase": "mirror_grads"}) for g in pairs])
+        return self._mirror[r]
+
     def _optimizer(self, st: StageTiming, everyone):
         env, r = self.env, st.rank
         yield everyone
@@ -335,13 +369,13 @@ def _layer_records(r: int, a, p, starts, ranks) -> list:
     """The trace of one pass: each layer's block and its TP/CP communication (with the tags the Session gave
     them when the template ran), on each of `ranks`."""
     out = []
-    phase = "forward" if a.phase == FORWARD else "backward"
+    phase = PHASE_NAMES[a.phase]
     for part, t0 in zip(p.parts, starts):
         tpl = part.template
         name = "embedding" if part.layer == -1 else "output" if part.layer == -2 else f"L{part.layer}"
         tags = {"stage": r, "microbatch": a.microbatch, "chunk": a.chunk, "layer": part.layer,
                 "phase": part.phase if part.phase == "recompute" else phase, "stream": "compute"}
-        label = f"{'F' if phase == 'forward' else 'R' if part.phase == 'recompute' else 'B'}{a.microbatch} {name}"
+        label = f"{'R' if part.phase == 'recompute' else a.phase}{a.microbatch} {name}"
         comm = [seg for seg in tpl.segments if seg.stream != "compute"]
         for rank in ranks.tolist():
             out.append(Activity(rank, "compute", t0, t0 + tpl.duration, tpl.flops, label, tags=tags))

@@ -2,7 +2,8 @@
 it is made of.
 
 A pass runs what Layout.pass_parts lists (the embedding, the chunk's layers, the output layer with the loss;
-backward in reverse with recomputation before each backward), each a layer template. Each backward part says how
+backward in reverse with recomputation before each backward; split in two by zero-bubble schedules, the input pass
+(I) runs all but the weight-gradient GEMMs and the weight pass (W) those). Each backward part says how
 many parameters' gradients it produces (the data-parallel buckets are made of them: data_parallel/timing.py).
 """
 from __future__ import annotations
@@ -39,18 +40,21 @@ class Pass:
 
 
 def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]) -> Pass:
-    """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` (Layout.pass_parts) from
-    templates `t` (keys layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
-    output.forward/backward; an MoE layer's the same prefixed moe_)."""
+    """The pass of `phase` (F, B, or the backward split: I and W) of model chunk `chunk` on pipeline rank `rank`
+    (Layout.pass_parts) from templates `t` (keys layer.forward, layer.backward, layer.recompute, layer.selective,
+    embedding.forward/backward, output.forward/backward, the backward_input / backward_weight forms; an MoE
+    layer's the same prefixed moe_). The gradients are made by B, or by W."""
     params = stage_parameters(layout, rank)
     grads = {-1: params["embedding"], -2: params["output"]}
     moe = layout.model.moe_layers
+    makes_grads = phase != "I"
     parts, at = [], 0.0
     breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "ep", "interference")}
     for layer, program, ph in layout.pass_parts(rank, chunk, phase):
         tpl = t[("moe_" if layer >= 0 and moe[layer] else "") + program]
-        p = (grads[layer] if layer < 0 else layout.params_of(layer)) if ph == "backward" else 0.0
-        experts = layout.expert_params_of(layer) if layer >= 0 and ph == "backward" else 0.0
+        made = ph == "backward" and makes_grads
+        p = (grads[layer] if layer < 0 else layout.params_of(layer)) if made else 0.0
+        experts = layout.expert_params_of(layer) if layer >= 0 and made else 0.0
         parts.append(Part(layer, tpl, ph, p, at, experts))
         at += tpl.duration
         breakdown[ph] += tpl.compute

@@ -7,7 +7,11 @@ from pathlib import Path
 
 from .plots import _pyplot, _save
 
-PHASE_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#c44e52"}
+PHASE_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "backward_input": "#64b5cd",
+                "backward_weight": "#ccb974", "optimizer": "#c44e52"}
+PHASE_LABELS = {"forward": "forward", "backward": "backward", "backward_input": "input gradient (I)",
+                "backward_weight": "weight gradient (W)", "optimizer": "optimizer"}
+SPLIT = ("backward_input", "backward_weight")  # the zero-bubble split: in the legend only where it runs
 CATEGORY_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "recompute": "#8fbbd9", "tp": "#dd8452",
                    "cp": "#937860", "pp": "#da8bc3", "dp": "#c44e52", "optimizer": "#8172b2", "bubble": "#cccccc",
                    "interference": "#ccb974"}
@@ -27,7 +31,8 @@ def _shade(color: str, chunk: int, chunks: int) -> str:
 
 def plot_schedule(activities, path, title: str = "", max_stages: int = 32, max_passes: int = 64) -> Path:
     """One row per pipeline stage (its first GPU): forward and backward passes as boxes labelled with their
-    micro-batch, model chunks shaded, the optimizer at the end; white is idle. When the first stage runs more than
+    micro-batch (a backward split in two, zero-bubble's I and W, in two colours of their own), model chunks
+    shaded, the optimizer at the end; white is idle. When the first stage runs more than
     `max_passes` passes, only the time up to the end of its max_passes-th is drawn (thousands of passes would be
     a blur of one-pixel boxes), and the title and the PNG's Description say which part is shown."""
     plt = _pyplot()
@@ -65,8 +70,10 @@ def plot_schedule(activities, path, title: str = "", max_stages: int = 32, max_p
     ax.invert_yaxis()
     ax.set_xlim(0, window * 1.005)
     ax.set_xlabel("time (s)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLORS.values()]
-    ax.legend(handles, ["forward", "backward", "optimizer"], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ran = {a.tags["phase"] for s in stages for a in passes[s]}
+    shown = [p for p in PHASE_COLORS if p not in SPLIT or p in ran]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS[p]) for p in shown]
+    ax.legend(handles, [PHASE_LABELS[p] for p in shown], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     more = f" (first {max_stages} stages)" if len(passes) > max_stages else ""
     ax.set_title((title or "pipeline schedule") + more + "; numbers are micro-batches" +
                  ("; lighter = later model chunk" if chunks > 1 else "") + (f"\n{note}" if note else ""), fontsize=9)

@@ -46,7 +46,7 @@ def test_trace_follows_the_schedule(name, pp, chunks, microbatches):
 def test_interleaving_shortens_the_simulated_step_as_the_schedule_predicts():
     """A compute-bound size-only run (4 stages of a wide model on H100s): interleaving shortens the step, by the
     ratio schedules.timeline predicts for forward 1, backward 2 (within 5%: transfers and the gradient sync)."""
-    from simcomm.parallel.pipeline_parallel.schedules import makespan, timeline
+    from simcomm.parallel.pipeline_parallel.timeline import makespan, timeline
     wide = MODEL.with_overrides(hidden_size=4096, num_attention_heads=32, seq_length=2048, padded_vocab_size=32768)
     times, predicted = {}, {}
     for name, chunks in (("1f1b", 1), ("interleaved_1f1b", 2)):

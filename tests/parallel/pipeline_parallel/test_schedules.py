@@ -4,9 +4,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcomm.errors import SimcommError
-from simcomm.parallel.pipeline_parallel.schedules import (BACKWARD, FORWARD, Action, bubble_fraction, gpipe,
-                                                          interleaved_1f1b, makespan, one_f_one_b, peak_in_flight,
-                                                          schedule, timeline)
+from simcomm.parallel.pipeline_parallel.actions import BACKWARD, FORWARD, Action
+from simcomm.parallel.pipeline_parallel.schedules import gpipe, interleaved_1f1b, one_f_one_b, schedule
+from simcomm.parallel.pipeline_parallel.timeline import bubble_fraction, makespan, peak_in_flight, timeline
 
 
 def complete(sched, m, v=1):
@@ -90,7 +90,8 @@ def test_names_and_bad_arguments():
     assert schedule("Interleaved1F1B", 2, 4, 2) == interleaved_1f1b(2, 4, 2)
     with pytest.raises(SimcommError, match="unknown pipeline schedule"):
         schedule("zigzag", 2, 4)
-    with pytest.raises(SimcommError, match="need interleaved_1f1b"):
+    with pytest.raises(SimcommError, match="runs one model chunk per rank; got 2 .* need one of interleaved_1f1b, "
+                                           "looped_bfs, interleaved_zb, zbv, dualpipe, dualpipev"):
         schedule("1f1b", 2, 4, 2)
     with pytest.raises(SimcommError, match="number of microbatches must be"):
         one_f_one_b(2, 0)

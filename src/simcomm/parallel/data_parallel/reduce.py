@@ -27,12 +27,8 @@ def gather_parameters(comm, group, size: int, shard, bucket: int):
         return comm.all_gather(shard, group, size)
 
 
-def all_reduce_held(comm, store, names, group, axis: str) -> None:
-    """Sum, over another group, the gradients of `names` that this rank holds after its data-parallel reduction
-    (whole for DDP, the rank's shard for ZeRO): the sequence-parallel LayerNorm and bias gradients over TP, the
-    tied word embedding over the first and last pipeline stage. Peers lay out their buckets alike, so they hold
-    the same ranges. One packed all-reduce."""
-    from ..rank_comm import pack
+def _held_pieces(store, names) -> list[tuple]:
+    """(flat gradient, lo, hi) of each run of `names` this rank holds."""
     pieces = []
     for b in store.buckets:
         grad = store.held_grad(b)
@@ -41,6 +37,27 @@ def all_reduce_held(comm, store, names, group, axis: str) -> None:
             a, z = max(start, lo), min(end, hi)
             if a < z:
                 pieces.append((grad, a - lo, z - lo))
+    return pieces
+
+
+def add_held(stores, names) -> None:
+    """Sum the held gradients of `names` over several stores of this rank (the tied word embedding where one rank
+    holds both ends of the model: ZB-V, DualPipe), each left holding the sum. Their buckets of `names` are alike."""
+    for parts in zip(*(_held_pieces(s, names) for s in stores)):
+        total = parts[0][0][parts[0][1]:parts[0][2]].copy()
+        for g, a, z in parts[1:]:
+            total += g[a:z]
+        for g, a, z in parts:
+            g[a:z] = total
+
+
+def all_reduce_held(comm, store, names, group, axis: str) -> None:
+    """Sum, over another group, the gradients of `names` that this rank holds after its data-parallel reduction
+    (whole for DDP, the rank's shard for ZeRO): the sequence-parallel LayerNorm and bias gradients over TP, the
+    tied word embedding over the first and last pipeline stage. Peers lay out their buckets alike, so they hold
+    the same ranges. One packed all-reduce."""
+    from ..rank_comm import pack
+    pieces = _held_pieces(store, names)
     if not pieces:
         return
     with comm.tagged(axis=axis):

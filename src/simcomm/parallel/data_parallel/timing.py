@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..model.memory import stage_parameters
-from ..pipeline_parallel.schedules import FORWARD
+from ..pipeline_parallel.actions import BACKWARD_WEIGHT, FORWARD
 from .gathering import gathering, pass_uses
 from .sharding import Sharding, sharding
 
@@ -75,8 +75,8 @@ class DataParallelTiming:
         # MoE experts' gradients and parameters: over each representative's expert-data-parallel group
         self.expert_groups = [[dims.group_of(int(dims.ranks(pp=r, dp=0, cp=0, tp=t)), "edp") for t in representatives]
                               for r in range(pp)]
-        self.buckets = {(r, c): buckets(passes[(r, c, "B")], layout.bucket_size) for r in range(pp)
-                        for c in range(layout.chunks)}
+        self.buckets = {(r, c): buckets(passes.get((r, c, "W"), passes[(r, c, "B")]), layout.bucket_size)
+                        for r in range(pp) for c in range(layout.chunks)}  # from the pass that makes the gradients
         self.last = [[None] * len(representatives) for _ in range(pp)]  # the last op on each stream
         self.pending = [[] for _ in range(pp)]  # reductions the stage waits for before the optimizer
 
@@ -228,7 +228,8 @@ class Zero3Timing(DataParallelTiming):
         self.last_backward[rank] = last
 
     def uses(self, rank: int, chunk: int, phase: str) -> list:
-        """The uses of units in a pass ('F' or 'B'), in compute order, at their positions."""
+        """The uses of units in a pass ('F', 'B' or the input gradient's 'I'), in compute order, at their
+        positions."""
         p = self.passes[(rank, chunk, phase)]
         return pass_uses(self.g, self.layout, rank, chunk, phase, stage_parameters(self.layout, rank),
                          lambda i: self._module_fractions(p.parts[i]))
@@ -248,8 +249,10 @@ class Zero3Timing(DataParallelTiming):
         return got
 
     def before_pass(self, rank: int, action, pass_) -> dict:
+        if action.phase == BACKWARD_WEIGHT:  # X^T dY: the weight gradient reads no weights
+            return {}
         key, backward = (rank, action.chunk), action.phase != FORWARD
-        uses = self.uses(rank, action.chunk, "B" if backward else "F")
+        uses = self.uses(rank, action.chunk, action.phase)
         following = self._following(rank, action) if self.g.reuse_distance is not None else []
         last = self.last_backward[rank] if backward else True
         gathers, frees, self.held[key] = self.g.plan(uses, following, self.held.get(key, frozenset()), last)
@@ -293,7 +296,7 @@ class Zero3Timing(DataParallelTiming):
         if i + 1 == len(actions):
             return []
         nxt = actions[i + 1]
-        return self.uses(rank, nxt.chunk, "F" if nxt.phase == FORWARD else "B")
+        return [] if nxt.phase == BACKWARD_WEIGHT else self.uses(rank, nxt.chunk, nxt.phase)
 
     def after_part(self, rank: int, action, part, end: float) -> None:
         pass_, uses, frees, freed, reduce = self.pass_of[rank]

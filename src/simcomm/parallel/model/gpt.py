@@ -28,6 +28,7 @@ from .moe.experts import shared_expert_backward, shared_expert_forward
 from .moe.layer import (FC1, FC2, ROUTER, SHARED_FC1, SHARED_FC2, SHARED_GATE, LocalExperts, activation_kernel,
                         moe_backward, moe_forward, moe_param_shapes)
 from .tensor import Meta, concat, is_meta, value
+from .weight_grad import BACKWARD_INPUT, DeferredWeightGrads, is_weight_gradient_kernel
 
 
 # ---- parameters ------------------------------------------------------------------------------------------
@@ -275,6 +276,7 @@ class ChunkContext:
     expert_bias: dict = field(default_factory=dict)  # MoE layer -> its expert bias (aux-loss-free balancing)
     routed: dict = field(default_factory=dict)  # MoE layer -> tokens per expert this rank routed since cleared
     routing_shares: object = None  # size-only runs: each expert's share of the routed rows (None: balanced)
+    deferred: object = None  # DeferredWeightGrads during an I pass: weight-gradient kernels are charged to its W
 
     def __post_init__(self):
         if self.attention is None:
@@ -291,7 +293,9 @@ class ChunkContext:
 
     def charge(self, name: str, share: float = 1.0) -> None:
         """Charge the time of kernel `name` of the layer's programs (nothing without a clock)."""
-        if self.kernels is not None:
+        if self.deferred is not None and is_weight_gradient_kernel(name):
+            self.deferred.charge(name)
+        elif self.kernels is not None:
             self.kernels.charge(name, share)
 
     def recompute(self, position: int) -> None:
@@ -317,6 +321,7 @@ class GPTChunk:
                                    f"{ctx.tp.size} tensor-parallel ranks")
         self.head_dim = c.kv_channels
         self._saved: dict[object, list] = {}
+        self._pending_w: dict[object, DeferredWeightGrads] = {}  # micro-batch -> what its W adds
 
     def param_names(self) -> dict[str, list[str]]:
         """This chunk's parameters by unit, in forward order (the head's tied word embedding included)."""
@@ -364,8 +369,24 @@ class GPTChunk:
             return None
         return d
 
+    def backward_input(self, key, dout=None):
+        """The backward's I pass (zero-bubble schedules): the input gradient, as backward returns it; the weight
+        gradients wait for backward_weight (weight_grad.py)."""
+        self.ctx.deferred = DeferredWeightGrads()
+        try:
+            return self.backward(key, dout)
+        finally:
+            self._pending_w[key], self.ctx.deferred = self.ctx.deferred, None
+
+    def backward_weight(self, key) -> None:
+        """The W pass of microbatch `key`: its weight gradients into the store."""
+        self._pending_w.pop(key).apply(self.ctx.store, self.ctx.charge, BACKWARD)
+
     def _unit(self, phase, unit, fn, *args):
-        store = self.ctx.store
+        store, deferred = self.ctx.store, self.ctx.deferred
+        if deferred is not None and phase == BACKWARD:
+            deferred.begin(unit)
+            phase = BACKWARD_INPUT
         store.begin(unit, phase)
         if self.post and unit == "head" and self.pre and not self.ctx.config.untie_embeddings_and_output_weights:
             store.begin("embedding", phase)  # the head reads the tied word embeddings
@@ -377,7 +398,8 @@ class GPTChunk:
         return self.ctx.store.param(name)
 
     def _g(self, name):
-        return self.ctx.store.grad(name)
+        deferred = self.ctx.deferred
+        return self.ctx.store.grad(name) if deferred is None else deferred.grad(name, self._p(name))
 
     # ---- embedding ---------------------------------------------------------------------------------------
     def _embed(self, ids):
@@ -397,7 +419,10 @@ class GPTChunk:
         d = self.ctx.tp.scatter_sequence_backward(d)
         if not is_meta(d):
             np.add.at(self._g(POSITION), self.ctx.positions, d.sum(axis=1))
-        L.embedding_backward(d, wc, self._g(WORD))
+        if self.ctx.deferred is None:
+            L.embedding_backward(d, wc, self._g(WORD))
+        else:  # a row may be added several times: in place, in W (weight_grad.py)
+            self.ctx.deferred.later(lambda: L.embedding_backward(d, wc, self.ctx.store.grad(WORD)))
         self.ctx.charge("embedding.backward")
 
     # ---- a transformer layer -----------------------------------------------------------------------------

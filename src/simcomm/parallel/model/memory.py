@@ -22,7 +22,7 @@ from ...errors import OutOfMemoryError
 from ...units import format_size
 from ..data_parallel.gathering import gathering, pass_uses
 from ..data_parallel.sharding import sharding
-from ..pipeline_parallel.schedules import FORWARD
+from ..pipeline_parallel.timeline import held_at_peaks
 from .flops import embedding_params
 from .layer import LayerShape, saved_tensors
 
@@ -168,23 +168,19 @@ _IN_FLIGHT: dict = {}
 
 
 def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
-    """Walking the rank's schedule: the micro-batches in flight per model chunk wherever a forward is followed by a
-    backward or ends the schedule (where the activations peak), each distinct count once, in order of first
-    occurrence. Cached per schedule: a layout search asks for thousands of layouts that share one."""
+    """Walking the rank's schedule: the micro-batches in flight per model chunk wherever a forward is followed by
+    something else or ends the schedule (where the activations peak), each distinct count once, in order of first
+    occurrence. A micro-batch whose input gradient ran but whose weight gradient has not still counts whole (Qi et
+    al. 2023's accounting: W keeps the layers' inputs and their output gradients). Cached per schedule: a layout
+    search asks for thousands of layouts that share one."""
     key = (layout.schedule_name, layout.dims.pp, layout.microbatches, layout.chunks,
            layout.config.microbatch_group_size_per_vp_stage, rank)
     if key not in _IN_FLIGHT:
         if len(_IN_FLIGHT) >= 4096:
             _IN_FLIGHT.clear()
-        acts, counts, seen = layout.schedule[rank], [0] * layout.chunks, {}
-        for i, a in enumerate(acts):
-            if a.phase == FORWARD:
-                counts[a.chunk] += 1
-                if i + 1 == len(acts) or acts[i + 1].phase != FORWARD:
-                    seen.setdefault(tuple(counts), None)
-            else:
-                counts[a.chunk] -= 1
-        _IN_FLIGHT[key] = tuple(seen)
+        v = layout.chunks
+        _IN_FLIGHT[key] = tuple(dict.fromkeys(tuple(x + y for x, y in zip(held[:v], held[v:]))
+                                              for held in held_at_peaks(layout.schedule[rank], v)))
     return _IN_FLIGHT[key]
 
 

@@ -126,25 +126,38 @@ def _row_forward(b: _Builder, name: str, gemm: Kernel) -> None:
             b.exposed(red)
 
 
-def _column_backward(b: _Builder, name: str, m: int, n: int, k: int, after_dgrad=(), width: int = 0) -> None:
+def _column_backward(b: _Builder, name: str, m: int, n: int, k: int, after_dgrad=(), part: str = "all",
+                     width: int = 0) -> None:
     """Column-parallel Y = X W (X: [m, k], W: [k, n]): dgrad beside the input's re-gather (SP), wgrad beside the
-    input gradient's reduce-scatter (SP) or all-reduce."""
+    input gradient's reduce-scatter (SP) or all-reduce. part: all, input (the reduction exposed: no wgrad to hide
+    it) or weight (the wgrad alone; the gathered input kept from the input pass)."""
     dgrad, wgrad = _gemm(f"{name}.dgrad", m, k, n), _gemm(f"{name}.wgrad", k, n, m)
+    reduce = _reduce(b.s, f"{name}.grad_{'reduce_scatter' if b.s.sp else 'all_reduce'}")
+    if part == "weight":
+        b.compute(wgrad)
+        return
     b.beside((dgrad,) + tuple(after_dgrad), _gather(b.s, f"{name}.input_all_gather", width))
-    b.beside((wgrad,), _reduce(b.s, f"{name}.grad_{'reduce_scatter' if b.s.sp else 'all_reduce'}"))
+    if part == "all":
+        b.beside((wgrad,), reduce)
+    elif reduce is not None:
+        b.exposed(reduce)
 
 
-def _row_backward(b: _Builder, name: str, m: int, n: int, k: int) -> None:
+def _row_backward(b: _Builder, name: str, m: int, n: int, k: int, part: str = "all") -> None:
     """Row-parallel Y = X W (X: [m, k] split on k): with SP the output gradient is gathered first."""
     dgrad, wgrad = _gemm(f"{name}.dgrad", m, k, n), _gemm(f"{name}.wgrad", k, n, m)
+    if part == "weight":
+        b.compute(wgrad)
+        return
     ag = _gather(b.s, f"{name}.grad_all_gather")
+    weight = (wgrad,) if part == "all" else ()
     if ag is not None and b.s.tp_comm_overlap:
         b.beside((dgrad,), ag)
-        b.compute(wgrad)
+        b.compute(*weight)
     else:
         if ag is not None:
             b.exposed(ag)
-        b.compute(dgrad, wgrad)
+        b.compute(dgrad, *weight)
 
 
 def attention_kernels(shape: LayerShape, att: CoreAttention, backward: bool) -> tuple[Kernel, ...]:
@@ -216,13 +229,15 @@ def _linear_forward(b: _Builder, op: Linear) -> None:
         b.compute(gemm)
 
 
-def _linear_backward(b: _Builder, op: Linear) -> None:
+def _linear_backward(b: _Builder, op: Linear, part: str = "all") -> None:
     if op.parallel == "column":
-        _column_backward(b, op.name, op.m, op.n, op.k, width=op.gathered)
+        _column_backward(b, op.name, op.m, op.n, op.k, part=part, width=op.gathered)
     elif op.parallel == "row":
-        _row_backward(b, op.name, op.m, op.n, op.k)
-    else:
-        b.compute(_gemm(f"{op.name}.dgrad", op.m, op.k, op.n), _gemm(f"{op.name}.wgrad", op.k, op.n, op.m))
+        _row_backward(b, op.name, op.m, op.n, op.k, part=part)
+    else:  # replicated: dgrad in the input pass, wgrad in the weight pass
+        dgrad = (_gemm(f"{op.name}.dgrad", op.m, op.k, op.n),) if part != "weight" else ()
+        wgrad = (_gemm(f"{op.name}.wgrad", op.k, op.n, op.m),) if part != "input" else ()
+        b.compute(*dgrad, *wgrad)
 
 
 def _counts_gather(shape: LayerShape) -> LayerComm:
@@ -250,17 +265,22 @@ def layer_forward(shape: LayerShape) -> list[LayerStep]:
     return b.steps
 
 
-def layer_backward(shape: LayerShape) -> list[LayerStep]:
-    """One decoder layer's backward (without any recomputation): its operations in reverse."""
+def layer_backward(shape: LayerShape, part: str = "all") -> list[LayerStep]:
+    """One decoder layer's backward (without any recomputation): its operations in reverse. part: all, input
+    (zero-bubble's I: everything but the weight-gradient GEMMs) or weight (W: those GEMMs)."""
     b = _Builder(shape)
     for op in reversed(decoder_layer(shape)):
-        if isinstance(op, Pointwise):
-            b.compute(_mem(op.name + ".backward", op.backward_bytes, op.op_class))
-        elif isinstance(op, Linear):
-            _linear_backward(b, op)
+        if isinstance(op, Linear):
+            _linear_backward(b, op, part)
         elif isinstance(op, GroupedLinear):
-            b.compute(*_grouped(f"{op.name}.dgrad", op.counts, op.k, op.n, op.grouped),
-                      *_grouped(f"{op.name}.wgrad", op.counts, op.n, op.k, op.grouped, wgrad=True))
+            dgrad = _grouped(f"{op.name}.dgrad", op.counts, op.k, op.n, op.grouped) if part != "weight" else ()
+            wgrad = _grouped(f"{op.name}.wgrad", op.counts, op.n, op.k, op.grouped, wgrad=True) \
+                if part != "input" else ()
+            b.compute(*dgrad, *wgrad)
+        elif part == "weight":
+            continue
+        elif isinstance(op, Pointwise):
+            b.compute(_mem(op.name + ".backward", op.backward_bytes, op.op_class))
         elif isinstance(op, TokenExchange):
             b.exposed(_exchange(op, backward=True))
         else:
@@ -288,9 +308,12 @@ def embedding_forward(shape: LayerShape) -> list[LayerStep]:
     return b.steps
 
 
-def embedding_backward(shape: LayerShape) -> list[LayerStep]:
+def embedding_backward(shape: LayerShape, part: str = "all") -> list[LayerStep]:
+    """The embedding's backward is its weight gradient (a scatter-add): nothing in an input pass."""
     T, h, e = shape.tokens, shape.model.hidden_size, shape.elem
     b = _Builder(shape)
+    if part == "input":
+        return b.steps
     ag = _gather(shape, "embedding.grad_all_gather")
     if ag is not None:
         b.exposed(ag)
@@ -318,12 +341,15 @@ def output_forward(shape: LayerShape) -> list[LayerStep]:
     return b.steps
 
 
-def output_backward(shape: LayerShape) -> list[LayerStep]:
+def output_backward(shape: LayerShape, part: str = "all") -> list[LayerStep]:
     c, T, h, e = shape.model, shape.tokens, shape.model.hidden_size, shape.elem
     v = c.padded_vocab_size // shape.tp
     b = _Builder(shape)
+    if part == "weight":
+        _column_backward(b, "output", T, v, h, part=part)
+        return b.steps
     b.compute(_mem("cross_entropy.backward", T * v * (4 + 4 + e), "softmax"))
-    _column_backward(b, "output", T, v, h)
+    _column_backward(b, "output", T, v, h, part=part)
     b.compute(_mem("final_norm.backward", 3 * shape.sp_tokens * h * e, "norm"))
     return b.steps
 

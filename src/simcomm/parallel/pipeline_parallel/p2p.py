@@ -1,9 +1,11 @@
-"""Pipeline point-to-point: activations forward to the next virtual stage, gradients back to the previous one.
+"""Pipeline point-to-point: activations forward to the next model stage, gradients back to the previous one.
 
-Virtual stage s = chunk * p + pipeline rank, so stage s + 1 lives on pipeline rank (r + 1) mod p (chunk + 1 after
-the last rank). Sends are asynchronous (isend; waited at the end of the step), receives block when the schedule
-needs the data: no order of sends can deadlock a schedule whose dependencies can be met. Activations and
-gradients use different p2p tags, since with two pipeline ranks both travel between the same pair of ranks.
+Where the next stage lives is the schedule's placement (actions.py): the next pipeline rank in Megatron's loop
+(chunk + 1 after the last rank), the previous one on the way back up a V, either neighbour in DualPipe. Sends are
+asynchronous (isend; waited at the end of the step), receives block when the schedule needs the data: no order of
+sends can deadlock a schedule whose dependencies can be met. Activations and gradients use different p2p tags,
+since both travel between the same pair of ranks; between two ranks each kind is received in the order it is sent
+(timeline.check).
 """
 from __future__ import annotations
 
@@ -17,28 +19,16 @@ class StageLinks:
         self.comm = comm
         self.ranks = [int(r) for r in pp_ranks]
         self.p, self.rank = len(self.ranks), pp_rank
-        self.next = self.ranks[(pp_rank + 1) % self.p]
-        self.prev = self.ranks[(pp_rank - 1) % self.p]
         self._sends = []
 
-    def _tagged(self):
-        return self.comm.tagged(axis="pp")
+    def send(self, x, to: int, tag: int) -> None:
+        """x to pipeline rank `to` (asynchronous)."""
+        with self.comm.tagged(axis="pp"):
+            self._sends.append(self.comm.isend(x, self.ranks[to], tag))
 
-    def send_activation(self, x) -> None:
-        with self._tagged():
-            self._sends.append(self.comm.isend(x, self.next, ACTIVATION_TAG))
-
-    def recv_activation(self, shape, like):
-        with self._tagged():
-            return self.comm.recv(shape, like, self.prev, ACTIVATION_TAG)
-
-    def send_gradient(self, dx) -> None:
-        with self._tagged():
-            self._sends.append(self.comm.isend(dx, self.prev, GRADIENT_TAG))
-
-    def recv_gradient(self, shape, like):
-        with self._tagged():
-            return self.comm.recv(shape, like, self.next, GRADIENT_TAG)
+    def recv(self, shape, like, source: int, tag: int):
+        with self.comm.tagged(axis="pp"):
+            return self.comm.recv(shape, like, self.ranks[source], tag)
 
     def wait_sends(self) -> None:
         for s in self._sends:

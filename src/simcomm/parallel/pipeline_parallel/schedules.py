@@ -1,39 +1,30 @@
-"""Pipeline schedules as plain functions: the order in which each pipeline rank runs forward and backward passes.
-
-The same functions drive numeric training (rank programs on real data) and the step cost model. Each returns, per
-pipeline rank, a list of Actions; `timeline` evaluates an order under its data dependencies, which checks that it
-cannot deadlock and gives its makespan and bubble.
+"""Pipeline schedules as plain functions: the order in which each pipeline rank runs its passes (actions.py), by the
+names torch.distributed.pipelining and Megatron-LM use. The same lists drive numeric training (rank programs on
+real data) and the step cost model; timeline.py checks them and evaluates them under their dependencies.
 
 - GPipe: every forward, then every backward.
 - 1F1B (PipeDream-Flush, Megatron's non-interleaved schedule): rank r warms up with min(p - r - 1, m) forwards,
   then alternates one forward and one backward, then cools down with the remaining backwards.
 - Interleaved 1F1B (Megatron's virtual pipeline): each rank holds v model chunks (virtual stage c * p + r); the
-  forward order walks groups of `group_size` microbatches (default p) through chunks 0..v-1, backwards the chunks
-  in reverse; warm-up is 2(p - r - 1) + (v - 1) * group_size forwards, capped at m * v (all of them when m == p),
-  as in Megatron-LM's schedules.py, which also requires microbatches % group_size to be 0 or >= p.
+  forward order walks groups of `group_size` microbatches (microbatch_group_size_per_vp_stage, default p: Llama 3's
+  flexible micro-batch count per round is another group size) through chunks 0..v-1, backwards the chunks in
+  reverse; warm-up is 2(p - r - 1) + (v - 1) * group_size forwards, capped at m * v (all of them when m == p), as
+  in Megatron-LM's schedules.py, which also requires microbatches % group_size to be 0 or >= p.
+- Looped BFS (torch's ScheduleLoopedBFS, Lamy-Poirier 2022): each chunk's forwards for every micro-batch, chunk by
+  chunk; then the backwards, chunks in reverse and micro-batches in reverse.
+- The zero-bubble schedules (zero_bubble.py): ZB-H1, ZB-H2, torch's interleaved zero bubble, ZB-V; DualPipe and
+  DualPipeV (dualpipe.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable
 
 from ...errors import SimcommError
-
-FORWARD, BACKWARD = "F", "B"
-
-
-class Action(NamedTuple):
-    """One pass of one microbatch through one model chunk on one pipeline rank."""
-
-    phase: str  # "F" or "B"
-    microbatch: int
-    chunk: int = 0  # model chunk (virtual stage chunk * p + rank); 0 without interleaving
-
-    def __str__(self) -> str:
-        return f"{self.phase}{self.microbatch}" + (f".{self.chunk}" if self.chunk else "")
-
-
-Schedule = list[list[Action]]  # per pipeline rank, in execution order
+from .actions import BACKWARD, FORWARD, Action, Placement, Schedule
+from .dualpipe import dualpipe, dualpipev
+from .timeline import check
+from .zero_bubble import interleaved_zero_bubble, zb_h1, zb_h2, zbv
 
 
 def _check(pp: int, microbatches: int, chunks: int = 1) -> None:
@@ -87,6 +78,10 @@ def interleaved_1f1b(pp: int, microbatches: int, chunks: int, group_size: int | 
                            f"the microbatch group size ({group_size}), or to leave a last group of at least "
                            f"pipeline_model_parallel_size ({pp}); it leaves {last_group}, which would deadlock the "
                            "pipeline")
+    if not pp <= group_size <= microbatches:  # a smaller group deadlocks with Megatron's warm-up
+        raise SimcommError(f"microbatch_group_size_per_vp_stage ({group_size}) must lie between "
+                           f"pipeline_model_parallel_size ({pp}) and the number of microbatches ({microbatches}), as "
+                           "Megatron-LM requires of the interleaved schedule")
     table = interleaved_order(microbatches, chunks, group_size)
     total = microbatches * chunks
     out = []
@@ -105,99 +100,110 @@ def interleaved_1f1b(pp: int, microbatches: int, chunks: int, group_size: int | 
     return out
 
 
-SCHEDULES: dict[str, Callable[..., Schedule]] = {"gpipe": gpipe, "1f1b": one_f_one_b,
-                                                  "interleaved_1f1b": interleaved_1f1b}
+def looped_bfs(pp: int, microbatches: int, chunks: int = 1) -> Schedule:
+    """torch's ScheduleLoopedBFS: breadth first over the chunks (module docstring)."""
+    _check(pp, microbatches, chunks)
+    fwd = [Action(FORWARD, m, c) for c in range(chunks) for m in range(microbatches)]
+    bwd = [Action(BACKWARD, m, c) for c in reversed(range(chunks)) for m in reversed(range(microbatches))]
+    return [fwd + bwd for _ in range(pp)]
 
 
-def schedule(name: str, pp: int, microbatches: int, chunks: int = 1) -> Schedule:
-    """A schedule by name: 'gpipe', '1f1b' or 'interleaved_1f1b' (torchtitan also says GPipe, 1F1B,
-    Interleaved1F1B)."""
-    key = name.strip().lower().replace("-", "_")
-    key = {"interleaved1f1b": "interleaved_1f1b", "interleaved": "interleaved_1f1b"}.get(key, key)
-    if key not in SCHEDULES:
-        raise SimcommError(f"unknown pipeline schedule {name!r}; expected one of {', '.join(SCHEDULES)}")
-    if key == "interleaved_1f1b":
-        return interleaved_1f1b(pp, microbatches, chunks)
-    if chunks != 1:
-        raise SimcommError(f"schedule {key} runs one model chunk per rank; {chunks} chunks need interleaved_1f1b")
-    return SCHEDULES[key](pp, microbatches)
-
-
-# ---- evaluating an order under its dependencies ---------------------------------------------------------------
+# ---- the registry: names, placements, what each needs ----------------------------------------------------------
 @dataclass(frozen=True)
-class Timed:
-    """An action with the times it ran in `timeline`."""
+class ScheduleSpec:
+    """A schedule by its canonical name: how to build it, where its stages sit, what it needs."""
 
-    rank: int
-    action: Action
-    start: float
-    end: float
+    name: str
+    build: Callable[..., Schedule]  # (pp, microbatches, chunks, group_size) -> Schedule
+    torch_name: str | None  # torchtitan's pipeline_parallel_schedule / torch's get_schedule_class name
+    chunks: str = "one"  # one | many (>= 2) | any (>= 1) | two (exactly: V shape and DualPipe's two copies)
+    style: str = "loop"  # the Placement style
+    min_pp: int = 1
+    even_pp: bool = False
+    min_microbatches: Callable[[int], int] = lambda pp: 1
+    even_microbatches: bool = False
+    splits_backward: bool = False  # has I and W passes
+    source: str = ""
 
-
-def virtual_stage(rank: int, chunk: int, pp: int) -> int:
-    """The position in the whole model of chunk `chunk` on pipeline rank `rank`."""
-    return chunk * pp + rank
-
-
-def timeline(sched: Schedule, duration: Callable[[int, Action], float] | None = None,
-             comm: float = 0.0) -> list[list[Timed]]:
-    """Run each rank's actions in order under the data dependencies: F(m) of virtual stage s needs F(m) of s - 1,
-    B(m) of s needs B(m) of s + 1 and F(m) of s itself; data takes `comm` seconds between stages. duration(rank,
-    action) defaults to 1 for F and 2 for B. Raises a SimcommError naming what each rank waits for if the order
-    can never finish (a deadlock)."""
-    pp = len(sched)
-    duration = duration or (lambda _r, a: 1.0 if a.phase == FORWARD else 2.0)
-    chunks = 1 + max((a.chunk for acts in sched for a in acts), default=0)
-    last_stage = pp * chunks - 1
-    done: dict[tuple[str, int, int], float] = {}  # (phase, microbatch, virtual stage) -> end time
-    free = [0.0] * pp
-    pos = [0] * pp
-    out: list[list[Timed]] = [[] for _ in range(pp)]
-    while any(pos[r] < len(sched[r]) for r in range(pp)):
-        progressed = False
-        for r in range(pp):
-            while pos[r] < len(sched[r]):
-                a = sched[r][pos[r]]
-                s = virtual_stage(r, a.chunk, pp)
-                needs = _needs(a, s, last_stage)
-                if any(n not in done for n in needs):
-                    break
-                ready = max([free[r]] + [done[n] + (comm if n[2] != s else 0.0) for n in needs])
-                end = ready + duration(r, a)
-                done[(a.phase, a.microbatch, s)] = end
-                out[r].append(Timed(r, a, ready, end))
-                free[r] = end
-                pos[r] += 1
-                progressed = True
-        if not progressed:
-            waits = "; ".join(f"rank {r} waits to run {sched[r][pos[r]]}" for r in range(pp) if pos[r] < len(sched[r]))
-            raise SimcommError(f"the pipeline schedule deadlocks: {waits}")
-    return out
+    def placement(self, pp: int, chunks: int) -> Placement:
+        return Placement(self.style, pp, chunks)
 
 
-def _needs(a: Action, s: int, last_stage: int) -> list[tuple[str, int, int]]:
-    if a.phase == FORWARD:
-        return [(FORWARD, a.microbatch, s - 1)] if s > 0 else []
-    return [(FORWARD, a.microbatch, s)] + ([(BACKWARD, a.microbatch, s + 1)] if s < last_stage else [])
+def _fixed(fn):
+    return lambda pp, m, chunks, group: fn(pp, m)
 
 
-def makespan(times: list[list[Timed]]) -> float:
-    return max((t.end for ts in times for t in ts), default=0.0)
+def _rounds(pp: int, m: int, chunks: int, _group) -> Schedule:
+    rounds = max(1, m // pp)
+    if m % rounds:
+        raise SimcommError(f"interleaved zero bubble (torch's ScheduleInterleavedZeroBubble) needs the number of "
+                           f"microbatches ({m}) to be a multiple of its number of rounds, max(1, m // p) = {rounds}")
+    return interleaved_zero_bubble(pp, m, chunks)
 
 
-def bubble_fraction(times: list[list[Timed]]) -> float:
-    """Share of the makespan each rank is idle, averaged over ranks."""
-    span = makespan(times)
-    if span <= 0:
-        return 0.0
-    busy = [sum(t.end - t.start for t in ts) for ts in times]
-    return sum(1 - b / span for b in busy) / len(times)
+SPECS = (
+    ScheduleSpec("gpipe", _fixed(gpipe), "GPipe", source="Huang et al. 2019"),
+    ScheduleSpec("1f1b", _fixed(one_f_one_b), "1F1B", source="Narayanan et al. 2021, Megatron-LM"),
+    ScheduleSpec("interleaved_1f1b", lambda pp, m, c, g: interleaved_1f1b(pp, m, c, g), "Interleaved1F1B",
+                 chunks="any", source="Narayanan et al. 2021, Megatron-LM"),
+    ScheduleSpec("looped_bfs", lambda pp, m, c, g: looped_bfs(pp, m, c), "LoopedBFS", chunks="any",
+                 source="Lamy-Poirier 2022, torch.distributed.pipelining"),
+    ScheduleSpec("zb_h1", _fixed(zb_h1), None, splits_backward=True, source="Qi et al. 2023"),
+    ScheduleSpec("zb_h2", _fixed(zb_h2), None, splits_backward=True, source="Qi et al. 2023"),
+    ScheduleSpec("interleaved_zb", _rounds, "InterleavedZeroBubble", chunks="any", splits_backward=True,
+                 source="Qi et al. 2023 (ZB1P), torch.distributed.pipelining"),
+    ScheduleSpec("zbv", _fixed(zbv), "ZBVZeroBubble", chunks="two", style="v", splits_backward=True,
+                 source="Qi et al. 2024, torch.distributed.pipelining"),
+    ScheduleSpec("dualpipe", _fixed(dualpipe), "DualPipe", chunks="two", style="dual", min_pp=2, even_pp=True,
+                 min_microbatches=lambda pp: 2 * pp, even_microbatches=True, splits_backward=True,
+                 source="DeepSeek-V3 2024, deepseek-ai/DualPipe"),
+    ScheduleSpec("dualpipev", _fixed(dualpipev), "DualPipeV", chunks="two", style="v",
+                 min_microbatches=lambda pp: 2 * pp, splits_backward=True,
+                 source="deepseek-ai/DualPipe, torch.distributed.pipelining"),
+)
+SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in SPECS}
+ALIASES = {**{s.torch_name.lower(): s.name for s in SPECS if s.torch_name}, "interleaved": "interleaved_1f1b",
+           "zbh1": "zb_h1", "zbh2": "zb_h2", "zb_v": "zbv", "interleaved_zero_bubble": "interleaved_zb",
+           "dual_pipe": "dualpipe", "dual_pipe_v": "dualpipev"}
 
 
-def peak_in_flight(acts: Iterable[Action]) -> int:
-    """Most microbatch-chunks whose forward has run but whose backward has not: the activations a rank holds."""
-    live, peak = 0, 0
-    for a in acts:
-        live += 1 if a.phase == FORWARD else -1
-        peak = max(peak, live)
-    return peak
+def canonical(name: str) -> str:
+    """The canonical name of a schedule given in either form (zb_h1, ZBVZeroBubble, Interleaved1F1B, ...)."""
+    key = str(name).strip().lower().replace("-", "_")
+    key = ALIASES.get(key, key)
+    if key not in SCHEDULES:
+        known = ", ".join(f"{s.name}" + (f" ({s.torch_name})" if s.torch_name else "") for s in SPECS)
+        raise SimcommError(f"unknown pipeline schedule {name!r}; expected one of {known}")
+    return key
+
+
+def schedule(name: str, pp: int, microbatches: int, chunks: int = 1, group_size: int | None = None) -> Schedule:
+    """A schedule by name (either form), checked (timeline.check); SimcommError if the sizes cannot run it."""
+    spec = SCHEDULES[canonical(name)]
+    _check(pp, microbatches, chunks)
+    _fits(spec, pp, microbatches, chunks)
+    sched = spec.build(pp, microbatches, chunks, group_size)
+    check(sched, spec.placement(pp, chunks))
+    return sched
+
+
+def _fits(spec: ScheduleSpec, pp: int, m: int, chunks: int) -> None:
+    rules = {"one": (chunks == 1, "runs one model chunk per rank"), "many": (chunks >= 2, "needs model chunks "
+             "(virtual pipeline stages)"), "two": (chunks == 2, "runs exactly two model chunks per rank"),
+             "any": (True, "")}
+    ok, why = rules[spec.chunks]
+    if not ok:
+        fit = ", ".join(s.name for s in SPECS if rules[s.chunks][0] if s.chunks != "one")
+        raise SimcommError(f"schedule {spec.name} {why}; got {chunks} model chunks per rank, which need one of "
+                           f"{fit or 'the schedules with virtual stages'}")
+    if pp < spec.min_pp or spec.even_pp and pp % 2:
+        raise SimcommError(f"schedule {spec.name} needs {'an even ' if spec.even_pp else ''}"
+                           f"pipeline_model_parallel_size of at least {spec.min_pp}, got {pp}")
+    least = spec.min_microbatches(pp)
+    if m < least or spec.even_microbatches and m % 2:
+        raise SimcommError(f"schedule {spec.name} needs {'an even number' if spec.even_microbatches else 'a number'} "
+                           f"of microbatches of at least {least} with pipeline_model_parallel_size {pp}, got {m}")
+
+
+__all__ = ["ALIASES", "SCHEDULES", "SPECS", "ScheduleSpec", "canonical", "gpipe", "interleaved_1f1b",
+           "interleaved_order", "looped_bfs", "one_f_one_b", "schedule"]

@@ -1,8 +1,9 @@
 """Pipeline stages in the step model: one simpy process per pipeline rank, walking its schedule's actions.
 
-A forward (backward) waits for its activation (gradient) from the neighbouring virtual stage, runs its pass on
-the compute stream (Session.compute, tagged), cut where a part must wait for its parameters, and sends its output
-over the real network (blocking, as Megatron-LM's p2p is, unless overlap_p2p_comm). Each StageTiming owns its time
+A forward (a backward, or its input half I) waits for its activation (gradient) from the neighbouring stage, runs
+its pass on the compute stream (Session.compute, tagged), cut where a part must wait for its parameters, and sends
+its output over the real network (blocking, as Megatron-LM's p2p is, unless overlap_p2p_comm); a weight pass (W)
+waits for nothing; DualPipe's overlapped pair runs as its forward, then its backward. Each StageTiming owns its time
 breakdown (step_result.CATEGORIES): the kernels of its passes (forward, backward, recompute, and the TP and CP
 communication they leave exposed, and how much longer they took for sharing the GPU: interference), pp (a blocking
 send in flight or waiting for its receiver, or waiting for an activation or gradient already on the wire), dp
@@ -26,7 +27,11 @@ import math
 
 from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
-from .schedules import FORWARD
+from .actions import FORWARD, INPUT_GRADIENT, PHASE_NAMES, WEIGHT_GRADIENT, computations
+
+
+# The schedules whose p2p follows Megatron-LM's (blocking, batched exchanges; receives posted by _posted_with).
+MEGATRON_SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")
 
 
 class Pipeline:
@@ -39,8 +44,8 @@ class Pipeline:
         self.activation_bytes = activation_bytes
         dims = layout.dims
         self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
-        self.arrivals: dict = {}  # (phase, microbatch, virtual stage) -> [event, time its transfer started]
-        self.posted: dict = {}  # (phase, microbatch, virtual stage) -> event: its receive is posted
+        self.arrivals: dict = {}  # (F | B, microbatch, rank, chunk it is for) -> [event, time its transfer started]
+        self.posted: dict = {}  # the same keys -> event: its receive is posted
         self.instances: list = []  # (rank, action, pass, part start times), in the order the passes ended
         self._mixes: dict = {}
         self.stages = [StageTiming(self, r) for r in range(dims.pp)]
@@ -85,42 +90,51 @@ class StageTiming:
         self.acc = {k: 0.0 for k in CATEGORIES}
         dp = pipeline.dp
         self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
-        actions = pipeline.layout.schedule[rank]
-        self.last_backward = {c: max(i for i, a in enumerate(actions) if a.phase != FORWARD and a.chunk == c)
-                              for c in range(pipeline.layout.chunks)}
+        self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
+        self.last_backward = {c: max(i for i, a in enumerate(self.actions) if a.phase in WEIGHT_GRADIENT and
+                                     a.chunk == c) for c in range(pipeline.layout.chunks)}
 
     def schedule(self):
-        """Every action of the rank's schedule, in order."""
-        layout = self.p.layout
-        cfg = layout.config
-        actions = layout.schedule[self.rank]
-        interleaved, deferred = layout.chunks > 1, []
+        """Every action of the rank's schedule, in order: each waits for its input from the neighbouring stage
+        (where the layout's placement puts it), runs, and sends its output on. A send waits for its receive
+        (p2p_rendezvous): Megatron's schedules post receives as _posted_with says; torch.distributed.pipelining's
+        (zero bubble, V, DualPipe, looped BFS) issue their irecvs ahead, so every receive is posted at the start."""
+        layout, dp, placement = self.p.layout, self.p.dp, self.p.layout.placement
+        cfg, actions = layout.config, self.actions
+        megatron = layout.schedule_name in MEGATRON_SCHEDULES
+        interleaved, deferred = layout.chunks > 1 and megatron, []
         lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
         steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
+        if not megatron:
+            self._post(*(k for k in map(self._receives, actions) if k is not None))
         for i, a in enumerate(actions):
             forward = a.phase == FORWARD
             key = self._receives(a)
             if key is not None:
                 self._post(key)  # a blocking recv of its own, unless posted with an earlier action
-            when, ahead = _posted_with(actions, i, interleaved, cfg.overlap_p2p_comm)
+            when, ahead = _posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
             ahead = [k for k in map(self._receives, ahead) if k is not None]
             yield from self._wait([self.p.arrival(key)] if key is not None else [])
-            p = self.p.passes[(self.rank, a.chunk, "F" if forward else "B")]
-            tags = {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk,
-                    "phase": "forward" if forward else "backward"}
-            if not forward:
-                self.p.dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
+            p = self.p.passes[(self.rank, a.chunk, a.phase)]
+            tags = {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk, "phase": PHASE_NAMES[a.phase]}
+            if a.phase in WEIGHT_GRADIENT:
+                dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
             if when == "start":
                 self._post(*ahead)
             yield from self._run_pass(a, p, tags)
-            if forward and self._vs(a) == layout.virtual_stages - 1:
+            if forward and placement.next(self.rank, a.chunk) is None:
                 yield from self._loss_all_reduce(tags)
             if when == "end":
                 self._post(*ahead)
-            dst = self._vs(a) + 1 if forward else self._vs(a) - 1
-            sends = deferred + ([(("F" if forward else "B", a.microbatch, dst), tags)]
-                                if 0 <= dst < layout.virtual_stages else [])
-            deferred = []
+            to = placement.next(self.rank, a.chunk) if forward else \
+                placement.prev(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
+            sends, deferred = deferred, []
+            if to is not None and to[0] == self.rank:  # the V's turn: handed to the other chunk on this GPU
+                slot = self.p.arrival(("F" if forward else "B", a.microbatch, *to))
+                slot[1] = self.env.now
+                slot[0].succeed()
+            elif to is not None:
+                sends.append((("F" if forward else "B", a.microbatch, *to), tags))
             if cfg.p2p_rendezvous and interleaved and steady and not cfg.overlap_p2p_comm and forward and \
                     i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
                 deferred, sends = sends, []  # a steady iteration's exchange follows its backward
@@ -139,15 +153,14 @@ class StageTiming:
         self.acc["bubble"] += waited
         self.acc["pp"] += self.env.now - t - waited
 
-    def _vs(self, a) -> int:
-        return a.chunk * self.p.layout.dims.pp + self.rank
-
     def _receives(self, a):
-        """The arrival an action waits for: (phase, microbatch, virtual stage), or None."""
-        vs = self._vs(a)
+        """The arrival an action waits for: (F | B, microbatch, this rank, its chunk), or None."""
+        placement = self.p.layout.placement
         if a.phase == FORWARD:
-            return ("F", a.microbatch, vs) if vs > 0 else None
-        return ("B", a.microbatch, vs) if vs < self.p.layout.virtual_stages - 1 else None
+            source = placement.prev(self.rank, a.chunk)
+        else:
+            source = placement.next(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
+        return None if source is None else ("F" if a.phase == FORWARD else "B", a.microbatch, self.rank, a.chunk)
 
     def _post(self, *keys) -> None:
         for key in keys:
@@ -225,7 +238,7 @@ class StageTiming:
         groups (scatter_gather_tensors_in_pipeline), else the whole of it from every TP rank."""
         layout, env = self.p.layout, self.env
         cfg, dims = layout.config, layout.dims
-        dst = key[2] % dims.pp
+        dst = key[2]
         scatter = cfg.scatter_gather_tensors_in_pipeline and dims.tp > 1 and not cfg.sp
         nbytes = self.p.activation_bytes / (dims.tp if scatter else 1)
         posted = self.p.post(key) if cfg.p2p_rendezvous else None
@@ -297,7 +310,7 @@ def _span(p, x, y) -> float:
 
 
 def _label(a) -> str:
-    return f"{'F' if a.phase == FORWARD else 'B'}{a.microbatch}" + (f" chunk {a.chunk}" if a.chunk else "")
+    return f"{a.phase}{a.microbatch}" + (f" chunk {a.chunk}" if a.chunk else "")
 
 
 __all__ = ["Pipeline", "StageTiming"]
