@@ -19,6 +19,8 @@ Cases:
   step-llama3-405b-16384  the step model: scenarios/llama3-405b-h100-16384.yaml; target: under 5 s wall
   plan-llama3-70b-1024    `simcomm plan` of scenarios/llama3-70b-h100-1024.yaml on 2 worker processes (its default
                           search space); target: at least 500 layouts in under 60 s wall on 2 cores
+  perf-cli        `simcomm perf -b 8 -e 8G -f 2 -g 8` (nccl-tests' whole all_reduce table on 8 H100s) as a process of
+                  its own, interpreter start and imports included; target: under 2 s wall
 Cases with a target report it (`target`) and whether this run met it (`target_met`).
 
 `simcomm bench smpi` compares with a peer: the same 4 MiB all-reduce program on SimGrid's SMPI (where smpirun and
@@ -173,6 +175,16 @@ def bench_plan(case: str, jobs: int = 2) -> dict:
             "best": best["layout"], "sim_seconds": best["step_time"]}
 
 
+def bench_perf_cli() -> dict:
+    """nccl-tests' command line as users type it, in a process of its own: the rows it printed."""
+    argv = ["perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
+    done = run_process([sys.executable, "-m", "simcomm", *argv], timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"simcomm {' '.join(argv)}: {done.failure}")
+    table = [line.split() for line in done.out.splitlines() if line.strip() and not line.startswith("#")]
+    return {"sizes": len(table), "sim_seconds": float(table[-1][5]) * 1e-6}  # the largest size's time (us)
+
+
 CASES = {
     "flows-fattree": lambda: bench_flows(),
     **{f"ring-{n}": (lambda n=n: bench_ring(n)) for n in (8, 64, 512, 1024, 4096)},
@@ -188,12 +200,13 @@ CASES = {
     "step-gpt3-175b-1024": lambda: bench_step("step-gpt3-175b-1024"),
     "step-llama3-405b-16384": lambda: bench_step("step-llama3-405b-16384"),
     "plan-llama3-70b-1024": lambda: bench_plan("plan-llama3-70b-1024"),
+    "perf-cli": bench_perf_cli,
 }
 DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allreduce-ring-1024",
            "allreduce-hierarchical-1024", "allreduce-ring-4096", "allreduce-tree-4096",
            "allreduce-hierarchical-4096", "allreduce-auto-4096", "allreduce-ring-16384", "allreduce-tree-16384",
            "allreduce-hierarchical-16384", "allreduce-auto-16384", "rankprog-256", "rankprog-sizeonly-16384",
-           "train-64", "step-gpt3-175b-1024", "step-llama3-405b-16384", "plan-llama3-70b-1024"]
+           "train-64", "step-gpt3-175b-1024", "step-llama3-405b-16384", "plan-llama3-70b-1024", "perf-cli"]
 
 
 # The issues' speed targets: (what, whether a row meets it). Reported, never asserted in unit tests.
@@ -207,6 +220,7 @@ TARGETS = {
     "step-llama3-405b-16384": ("< 5 s wall", lambda r: r["wall_seconds"] < 5),
     "plan-llama3-70b-1024": (">= 500 layouts, < 60 s wall on 2 cores",
                              lambda r: r["layouts"] >= 500 and r["wall_seconds"] < 60),
+    "perf-cli": ("31 sizes, < 2 s wall with interpreter start", lambda r: r["sizes"] == 31 and r["wall_seconds"] < 2),
 }
 
 

@@ -29,6 +29,8 @@ from .model.layer import LayerShape
 from .pipeline_parallel.schedules import interleaved_1f1b
 from .pipeline_parallel.schedules import schedule as make_schedule
 
+MAX_PASSES = 1 << 21  # forward and backward passes of one step's pipeline (beyond: hours of simulation)
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -124,6 +126,11 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     m = c.global_batch_size // (c.micro_batch_size * dims.dp)
     chunks, layers = _assign_layers(model, c, pp)
     name = _schedule_name(c, chunks, pp)
+    passes = 2 * m * chunks * pp
+    if passes > MAX_PASSES:
+        raise ConfigError(f"global_batch_size {c.global_batch_size} makes {m:,} micro-batches per pipeline, "
+                          f"{passes:,} forward and backward passes per step: more than the {MAX_PASSES:,} simcomm "
+                          f"simulates (raise micro_batch_size or lower global_batch_size)", "global_batch_size")
     if c.recompute_granularity == "full" and c.recompute_method == "block" and not c.recompute_num_layers:
         raise ConfigError("recompute_method block needs recompute_num_layers", "recompute_num_layers")
     try:

@@ -6,10 +6,11 @@ Passes, all deterministic (the result does not depend on the number of workers):
    and the heads; cp (by default) every size that divides the GPUs left and splits the sequence into 2 cp equal
    chunks (causal load balancing) that sequence parallelism can split again by tp; pp divides the layers;
    dp = GPUs / (tp cp pp) divides the batch with the micro-batch; schedules 1F1B, GPipe and interleaved 1F1B with
-   every v that divides the stage's layers; ZeRO stages 0-3 (1-3 need dp x cp > 1; 3 only without pipeline
-   parallelism, as DeepSpeed and Megatron-LM). Sequence parallelism is on whenever tp > 1 (same traffic as
-   all-reduce, less memory); gradient reduction overlaps the backward, and with ZeRO 1-2 parameter gathers overlap
-   the forward.
+   every v that divides the stage's layers; ZeRO stages 0-3 (1-3 need dp x cp > 1); of those, the ones the chosen
+   framework runs (frameworks.py; by default every framework's but ZeRO-3 with pipeline parallelism). Sequence
+   parallelism is on whenever tp > 1 (same traffic as all-reduce, less memory); gradient reduction overlaps the
+   backward, and with ZeRO 1-2 parameter gathers overlap the forward. The world is the config's world_size (every
+   GPU of the cluster when 0); a step of more than MAX_PASSES passes is refused (global_batch_size).
 2. screen, every layout: peak memory per GPU (model/memory.py) and, for the ones that fit, a compute bound of the
    step time: the schedule's critical path with compute-only passes (the kernels' seconds, no communication),
    max over ranks r of (the first forward and last backward of ranks < r) + (rank r's own passes), plus the
@@ -21,6 +22,8 @@ Passes, all deterministic (the result does not depend on the number of workers):
    kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
    stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated
    step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
+4. on request, the scenario's own layout (the base config as given) evaluated and ranked among them, and the best
+   simulated rows simulated again with interference off (how much their ranking rests on overlap).
 Workers (local processes) keep their layer templates and the cluster between layouts.
 """
 from __future__ import annotations
@@ -32,10 +35,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import OutOfMemoryError, SimcommError
-from .config import TrainingConfig
+from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
+from .frameworks import refusal
 from .layer_timing import PROGRAMS, Template, TemplateCache
-from .layout import build_layout
+from .layout import MAX_PASSES, build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.schedules import FORWARD, makespan, timeline
 from .step_cost import StepModel, optimizer_seconds
@@ -56,6 +60,7 @@ class SearchSpace:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str | None, ...] = (None, "selective", "full")
     max_virtual: int = 8
+    framework: str | None = None  # only the layouts this framework runs (frameworks.py); None: any
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,14 @@ class Candidate:
                        virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
                        zero_stage=self.zero, use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
                        overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
-                       recompute_method="uniform", recompute_num_layers=None, world_size=0)
+                       recompute_method="uniform", recompute_num_layers=None)
+
+    @classmethod
+    def of(cls, layout) -> "Candidate":
+        """The candidate with a layout's sizes, schedule, ZeRO stage and recomputation."""
+        c, d = layout.config, layout.dims
+        return cls(d.tp, d.pp, d.cp, c.micro_batch_size, layout.schedule_name, layout.chunks, c.stage,
+                   c.recompute_granularity)
 
     @property
     def label(self) -> str:
@@ -116,7 +128,8 @@ def candidates(model, base: TrainingConfig, world: int, ranks_per_node: int, spa
                     continue
                 m = base.global_batch_size // (mbs * dp)
                 for sched, zero, rc in itertools.product(space.schedules, space.zero, space.recompute):
-                    if pp == 1 and sched != "1f1b" or zero == 3 and pp > 1 or zero and dp * cp == 1:
+                    if pp == 1 and sched != "1f1b" or zero and dp * cp == 1 or \
+                            refusal(space.framework, pp=pp, cp=cp, schedule=sched, zero=zero):
                         continue
                     vs = [1]
                     if sched == "interleaved_1f1b":
@@ -131,12 +144,14 @@ _STATE: dict = {}
 
 
 def _init(cluster, model, base) -> None:
-    _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={})
+    _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={},
+                  alone=None)
 
 
-def _layout(c: Candidate):
-    model, base = _STATE["model"], _STATE["base"]
-    return build_layout(model, c.config(base), _STATE["cluster"].num_ranks)
+def _layout(c: Candidate | TrainingConfig):
+    model = _STATE["model"]
+    cfg = c if isinstance(c, TrainingConfig) else c.config(_STATE["base"])
+    return build_layout(model, cfg, _STATE["cluster"].num_ranks)
 
 
 def schedule_key(c: Candidate) -> tuple:
@@ -183,8 +198,12 @@ def compute_bound(layout, seconds, optimizer: float) -> float:
 
 def screen(c: Candidate) -> dict:
     """Memory and, when it fits, the compute bound of one candidate (a row; `error` when it cannot be built)."""
-    cluster = _STATE["cluster"]
     row = {"layout": c.label, **c.__dict__, "recompute": RECOMPUTE_NAMES[c.recompute]}
+    return _screen(c, row)
+
+
+def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
+    cluster = _STATE["cluster"]
     try:
         layout = _layout(c)
     except (LayoutError, SimcommError) as exc:
@@ -214,8 +233,8 @@ def bound(c: Candidate) -> dict:
     return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
 
 
-def simulate(c: Candidate) -> dict:
-    """A full step of one candidate on the simulated cluster."""
+def simulate(c: Candidate | TrainingConfig) -> dict:
+    """A full step of one candidate (or config) on the simulated cluster."""
     sim = StepModel(_layout(c), _STATE["cluster"], templates=_STATE["templates"])
     try:
         res = sim.run()
@@ -225,7 +244,32 @@ def simulate(c: Candidate) -> dict:
     comm = sum(b[k] for k in ("tp", "cp", "pp", "dp"))
     return {"step_time": res.step_time, "tflops_per_gpu": res.tflops_per_gpu, "mfu": res.mfu, "hfu": res.hfu,
             "tokens_per_second": res.tokens_per_second, "bubble_share": b["bubble"] / res.step_time,
-            "exposed_comm_share": comm / res.step_time, "breakdown": b}
+            "exposed_comm_share": comm / res.step_time, "interference_share": b.get("interference", 0.0) /
+            res.step_time, "breakdown": b}
+
+
+def simulate_alone(c: Candidate | TrainingConfig) -> dict:
+    """A full step of one candidate with compute and communication not sharing the GPUs (interference off)."""
+    if _STATE["alone"] is None:
+        _STATE["alone"] = TemplateCache(_STATE["cluster"], interference=False)
+    sim = StepModel(_layout(c), _STATE["cluster"], templates=_STATE["alone"], check_memory=False,
+                    interference=False)
+    return {"step_time_alone": sim.run().step_time}
+
+
+def evaluate(cfg: TrainingConfig) -> dict:
+    """A config as given (the scenario's own layout): memory, and a full step when it fits."""
+    row: dict = {}
+    try:
+        layout = _layout(cfg)
+    except (LayoutError, SimcommError) as exc:
+        return {"error": str(exc)}
+    c = Candidate.of(layout)
+    row.update(c.__dict__, layout=c.label, recompute=RECOMPUTE_NAMES[c.recompute])
+    row = _screen(cfg, row)
+    if row.get("fits"):
+        row.update(simulate(cfg))
+    return row
 
 
 @dataclass
@@ -235,6 +279,7 @@ class PlanResult:
     simulated: int
     proven: bool  # no unsimulated layout's lower bound is below the best simulated step time
     notes: list[str] = field(default_factory=list)
+    own: dict | None = None  # the base config's own layout, evaluated (plan(own=True)); `candidate`: in the space
 
     @property
     def feasible(self) -> list[dict]:
@@ -266,13 +311,26 @@ def _map(pool, fn, items, progress, done, total):
 BOUND_BATCH, SIMULATE_BATCH = 16, 4  # fixed, so the plan does not depend on the number of workers
 
 
+def world_of(base: TrainingConfig, cluster) -> int:
+    """The GPUs a plan lays out: the config's world_size, every GPU of the cluster when 0."""
+    if base.world_size > cluster.num_ranks:
+        raise ConfigError(f"world_size {base.world_size} is more than the {cluster.num_ranks} GPUs of "
+                          f"{cluster.name}", "world_size")
+    return base.world_size or cluster.num_ranks
+
+
 def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(), jobs: int | None = None,
-         simulate_at_least: int = 16, max_simulate: int = 64, progress=None) -> PlanResult:
-    """Search the layouts of `model` on `cluster` at `base`'s global batch (see the module docstring)."""
-    cands = candidates(model, base, cluster.num_ranks, cluster.ranks_per_node, space)
+         simulate_at_least: int = 16, max_simulate: int = 64, progress=None, own: bool = False,
+         alone: int = 0) -> PlanResult:
+    """Search the layouts of `model` on `cluster` at `base`'s global batch (see the module docstring); `own`:
+    evaluate `base` as given too (PlanResult.own); `alone`: simulate the best `alone` simulated rows again with
+    interference off (their `step_time_alone`)."""
+    world = world_of(base, cluster)
+    cands = candidates(model, base, world, cluster.ranks_per_node, space)
     if not cands:
-        raise SimcommError("no layout to try: the search space allows no (tp, cp, pp, dp) that divides "
-                           f"{cluster.num_ranks} GPUs and the global batch {base.global_batch_size}")
+        raise ConfigError(f"global_batch_size {base.global_batch_size}: no layout of the search space splits it "
+                          f"over {world} GPUs (data-parallel size x micro-batch size must divide it, and tp x cp x "
+                          f"pp x dp = {world})", "global_batch_size")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(cands)))
     done, total = [0], [len(cands) + simulate_at_least]
     pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(cluster, model, base)) if jobs > 1 else None
@@ -283,10 +341,15 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
         total[0] = max(total[0], done[0] + len(idx))
         return zip(idx, _map(pool, fn, [cands[i] for i in idx], progress, done, total))
 
+    mine = None
     try:
         rows = [None] * len(cands)
         for i, row in run(screen, sorted(range(len(cands)), key=lambda i: (schedule_key(cands[i]), i))):
             rows[i] = row
+        if all("error" in r for r in rows):
+            reasons = list(dict.fromkeys(r["error"] for r in rows))
+            raise ConfigError(f"none of the {len(rows)} layouts can be built: " + "; ".join(reasons[:3]) +
+                              (f"; and {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""), None)
         # best first over the lower bounds: (bound, index); a compute bound is refined, a schedule bound simulated
         heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
         heapq.heapify(heap)
@@ -315,10 +378,17 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
                 if "step_time" in res:
                     best = min(best, res["step_time"])
             simulated += len(batch)
+        proven = not heap or heap[0][0] >= best
+        rows_alone = sorted((i for i, r in enumerate(rows) if "step_time" in r), key=lambda i: rows[i]["step_time"])
+        for i, res in run(simulate_alone, rows_alone[:alone]):
+            rows[i].update(res)
+        if own:
+            mine = _own(base, cands, rows, lambda fn, x: _map(pool, fn, [x], progress, done, total)[0])
+            if alone and "step_time" in mine and "step_time_alone" not in mine:
+                mine.update(_map(pool, simulate_alone, [base], progress, done, total)[0])
     finally:
         if pool is not None:
             pool.shutdown()
-    proven = not heap or heap[0][0] >= best
 
     def key(r):
         if "step_time" in r:
@@ -327,4 +397,15 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
             return (1, r["bound"])
         return (2, r.get("peak_memory", float("inf"))) if "error" not in r else (3, 0.0)
     rows.sort(key=key)
-    return PlanResult(rows, len(cands), simulated, proven)
+    return PlanResult(rows, len(cands), simulated, proven, own=mine)
+
+
+def _own(base: TrainingConfig, cands: list[Candidate], rows: list[dict], call) -> dict:
+    """The scenario's own layout: the candidate's row when the search built the very same config (simulated
+    if it was not), else `base` evaluated as given; `candidate` is whether the search space holds it."""
+    for i, c in enumerate(cands):
+        if c.config(base) == base:
+            if "bound" in rows[i] and "step_time" not in rows[i]:
+                rows[i].update(call(simulate, c))
+            return {**rows[i], "candidate": True}
+    return {**call(evaluate, base), "candidate": False}
