@@ -76,6 +76,12 @@ def _interp(x: float, xs: list, ys: list) -> float:
 SPREAD_MIX = Mix([1.0], [SPREAD_KERNEL])  # work of unknown shape
 
 
+def _alike(values: np.ndarray) -> bool:
+    """Whether every entry equals the first (a group's few ranks: a list's count beats numpy's reductions)."""
+    v = values.tolist()
+    return v.count(v[0]) == len(v)
+
+
 @lru_cache(maxsize=65536)
 def _slowdown(kernel: Kernel, held: int, margin: int, sms: int, hbm: float) -> float:
     return slowdown(kernel, held, margin, sms, hbm)
@@ -213,8 +219,12 @@ class ComputeQueue(DeviceQueue):
     def _change(self, ranks: np.ndarray, held, margin) -> None:
         now = self.env.now
         self.held[ranks] += held
-        self.margin[ranks] += margin
-        busy = ranks[self.free_at[ranks] > now] if self._jobs else ranks[:0]
+        margins = not isinstance(margin, int) or margin != 0  # sends and collectives hold no SM margin
+        if margins:
+            self.margin[ranks] += margin
+        if not self._jobs:
+            return
+        busy = ranks[self.free_at[ranks] > now]
         if not len(busy):
             return
         seen: dict[int, Job] = {}
@@ -223,7 +233,8 @@ class ComputeQueue(DeviceQueue):
                 seen[j.order] = j
         self._mark[busy] = True
         self._delta[ranks] = held  # what changed: the rates each rank had were those of held - delta
-        self._delta_margin[ranks] = margin
+        if margins:
+            self._delta_margin[ranks] = margin
         cursor = self._cursor
         cursor[busy] = now
         for key in sorted(seen):
@@ -231,7 +242,8 @@ class ComputeQueue(DeviceQueue):
         self.free_at[busy] = cursor[busy]
         self._mark[busy] = False
         self._delta[ranks] = 0
-        self._delta_margin[ranks] = 0
+        if margins:
+            self._delta_margin[ranks] = 0
 
     def _rerate(self, j: Job, now: float, cursor: np.ndarray) -> None:
         """The marked ranks' progress brought up to now at the rates they had, and their new ends at the rates
@@ -268,12 +280,9 @@ class ComputeQueue(DeviceQueue):
 
     def _in_step(self, j: Job, idx: np.ndarray, ranks: np.ndarray, cursor: np.ndarray) -> bool:
         """Whether every one of these ranks stands where the first does (same start, progress, SMs and change)."""
-        return bool((j.start[idx] == j.start[idx[0]]).all() and (j.pos[idx] == j.pos[idx[0]]).all()
-                    and (j.at[idx] == j.at[idx[0]]).all() and (cursor[ranks] == cursor[ranks[0]]).all()
-                    and (self.held[ranks] == self.held[ranks[0]]).all()
-                    and (self.margin[ranks] == self.margin[ranks[0]]).all()
-                    and (self._delta[ranks] == self._delta[ranks[0]]).all()
-                    and (self._delta_margin[ranks] == self._delta_margin[ranks[0]]).all())
+        return (_alike(j.start[idx]) and _alike(j.pos[idx]) and _alike(j.at[idx]) and _alike(cursor[ranks])
+                and _alike(self.held[ranks]) and _alike(self.margin[ranks]) and _alike(self._delta[ranks])
+                and _alike(self._delta_margin[ranks]))
 
     def _rerate_one(self, j: Job, i: int, r: int, now: float, cursor: float) -> tuple[float, float, float, float]:
         """(start, at, pos, end) of rank r (position i of job j) after the change (see _rerate)."""

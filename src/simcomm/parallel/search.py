@@ -145,7 +145,7 @@ _STATE: dict = {}
 
 def _init(cluster, model, base) -> None:
     _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={},
-                  alone=None)
+                  ranks={}, alone=None)
 
 
 def _layout(c: Candidate | TrainingConfig):
@@ -188,12 +188,21 @@ def compute_bound(layout, seconds, optimizer: float) -> float:
     micro-batch 0's first forward, after ranks < r ran theirs, and ends with a last backward of model chunk 0,
     which ranks < r then run; between, it runs every one of its passes. Holds for GPipe, 1F1B and interleaved
     1F1B (a lower bound of their makespan); exact for 1F1B with uniform stages."""
-    pp, v, m = layout.dims.pp, layout.chunks, layout.microbatches
+    return _critical_path(layout.microbatches, _rank_seconds(layout, seconds)) + optimizer
+
+
+def _rank_seconds(layout, seconds) -> tuple[tuple[float, float], ...]:
+    """Per pipeline rank: (its passes of one micro-batch, its first forward and backward of model chunk 0)."""
+    return tuple((sum(seconds(r, c, "F") + seconds(r, c, "B") for c in range(layout.chunks)),
+                  seconds(r, 0, "F") + seconds(r, 0, "B")) for r in range(layout.dims.pp))
+
+
+def _critical_path(m: int, ranks: tuple[tuple[float, float], ...]) -> float:
     edge, out = 0.0, 0.0
-    for r in range(pp):
-        out = max(out, edge + m * sum(seconds(r, c, "F") + seconds(r, c, "B") for c in range(v)))
-        edge += seconds(r, 0, "F") + seconds(r, 0, "B")
-    return out + optimizer
+    for passes, first in ranks:
+        out = max(out, edge + m * passes)
+        edge += first
+    return out
 
 
 def screen(c: Candidate) -> dict:
@@ -218,7 +227,13 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
         return row
     sim = StepModel(layout, cluster, templates=_STATE["templates"], check_memory=False)
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    bound_ = compute_bound(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph), optimizer)
+    cfg = layout.config  # what the passes' kernels depend on, shared by layouts of other batches and ZeRO stages
+    key = (sim.shape, sim.cm.key, layout.stage_layers, cfg.recompute_granularity, cfg.recompute_method,
+           cfg.recompute_num_layers)
+    ranks = _STATE["ranks"].get(key)
+    if ranks is None:
+        ranks = _STATE["ranks"][key] = _rank_seconds(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph))
+    bound_ = _critical_path(layout.microbatches, ranks) + optimizer
     row.update(bound=bound_ * (1 - 1e-9), bound_kind="compute")  # slack: sums in another order than the templates'
     return row
 
