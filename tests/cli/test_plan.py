@@ -96,6 +96,8 @@ def test_plan_world_size_and_batch_errors(tmp_path, capsys):
     assert main(["plan", str(huge), "--jobs", "1"]) == 2
     err = capsys.readouterr().err
     assert "workload.global_batch_size" in err and "micro-batches" in err and "Traceback" not in err
+    assert main(["validate", str(huge)]) == 2  # what validate accepts, run runs (1e8 sequences: hours)
+    assert "global_batch_size 100000000 makes" in capsys.readouterr().err
     odd = tmp_path / "o.yaml"  # the scenario's own layout is checked when it loads
     odd.write_text(SCENARIO.replace("global_batch_size: 16", "global_batch_size: 7"))
     assert main(["plan", str(odd), "--jobs", "1"]) == 2

@@ -10,7 +10,7 @@ Passes, all deterministic (the result does not depend on the number of workers):
    framework runs (frameworks.py; by default every framework's but ZeRO-3 with pipeline parallelism). Sequence
    parallelism is on whenever tp > 1 (same traffic as all-reduce, less memory); gradient reduction overlaps the
    backward, and with ZeRO 1-2 parameter gathers overlap the forward. The world is the config's world_size (every
-   GPU of the cluster when 0); a step of more than MAX_PASSES passes is refused (global_batch_size).
+   GPU of the cluster when 0); a step of more than layout.MAX_PASSES passes is refused (global_batch_size).
 2. screen, every layout: peak memory per GPU (model/memory.py) and, for the ones that fit, a compute bound of the
    step time: the schedule's critical path with compute-only passes (the kernels' seconds, no communication),
    max over ranks r of (the first forward and last backward of ranks < r) + (rank r's own passes), plus the
@@ -39,7 +39,7 @@ from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
 from .frameworks import refusal
 from .layer_timing import PROGRAMS, Template, TemplateCache
-from .layout import MAX_PASSES, build_layout
+from .layout import build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.schedules import FORWARD, makespan, timeline
 from .step_cost import StepModel, optimizer_seconds
