@@ -53,6 +53,9 @@ def test_megatron_arguments_are_its_flags():
                     "--global-batch-size 64 --use-distributed-optimizer --overlap-grad-reduce "
                     "--overlap-param-gather --recompute-granularity full --recompute-method uniform "
                     "--recompute-num-layers 1 --bf16")
+    split = " ".join(fw.arguments("megatron", _layout(pipeline_model_parallel_size=2, overlap_p2p_comm=True,
+                                                      decoder_first_pipeline_num_layers=3)))
+    assert "--decoder-first-pipeline-num-layers 3" in split and "--overlap-p2p-communication" in split
     fsdp = " ".join(fw.arguments("megatron", _layout(tensor_model_parallel_size=2, zero_stage=3)))
     assert "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params" in fsdp
 

@@ -87,6 +87,11 @@ def megatron(layout) -> list[str]:
     if c.sequence_parallel and d.tp > 1:
         out.append("--sequence-parallel")
     out += [f"--micro-batch-size {c.micro_batch_size}", f"--global-batch-size {c.global_batch_size}"]
+    for name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
+        if getattr(c, name):
+            out.append(f"--{name.replace('_', '-')} {getattr(c, name)}")
+    if c.microbatch_group_size_per_vp_stage and layout.chunks > 1:
+        out.append(f"--microbatch-group-size-per-virtual-pipeline-stage {c.microbatch_group_size_per_vp_stage}")
     for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
         if getattr(c, flag):
             out.append("--" + flag.replace("_", "-"))
@@ -94,9 +99,10 @@ def megatron(layout) -> list[str]:
         out.append("--use-distributed-optimizer")
     if c.stage >= 2:
         out += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {SHARDING[c.stage]}"]
-    for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_comm"):
+    for flag, name in (("overlap_grad_reduce", "overlap-grad-reduce"), ("overlap_param_gather", "overlap-param-gather"),
+                       ("tp_comm_overlap", "tp-comm-overlap"), ("overlap_p2p_comm", "overlap-p2p-communication")):
         if getattr(c, flag):
-            out.append("--" + flag.replace("_", "-"))
+            out.append("--" + name)
     granularity, method, layers = _recompute(layout)
     if granularity:
         out.append(f"--recompute-granularity {granularity}")
