@@ -15,6 +15,9 @@ NOT_ERRORS = {
     "simcomm.distributed.p2p.UnmatchedP2PWarning",
     # unwinds a rank's thread when a run is aborted; the runtime catches it and raises the run's SimcommError
     "simcomm.distributed.runtime._Aborted",
+    # a launched child process's sys.exit(N), carried out of its rank; the parent gets torch's ProcessExitedException
+    # (or the Process its exit code) instead
+    "simcomm.backends.launch.multiprocessing.ChildExit",
 }
 
 

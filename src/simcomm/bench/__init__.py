@@ -40,6 +40,7 @@ from .process import run_process
 
 from ..engine import Simulation
 from ..hardware import build_cluster
+from ..units import whole, wholes
 
 MiB = 1 << 20
 
@@ -286,7 +287,7 @@ def _peers(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simcomm bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("cases", nargs="*", help=f"cases to run (default: {' '.join(DEFAULT)}; 'all' for every case; "
@@ -294,10 +295,15 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     p.add_argument("--in-process", action="store_true",
                    help="run the cases in this process (default: each in a fresh process, with its peak memory)")
-    p.add_argument("--ranks", type=lambda v: tuple(int(x) for x in v.split(",")), default=(8, 64, 256, 1024),
+    p.add_argument("--ranks", type=wholes(2, 16384), default=(8, 64, 256, 1024),
                    help="smpi: rank counts, comma-separated (default 8,64,256,1024)")
-    p.add_argument("--repeats", type=int, default=3, help="smpi: interleaved runs per side and rank count (median)")
-    args = p.parse_args(argv)
+    p.add_argument("--repeats", type=whole(1, 100), default=3,
+                   help="smpi: interleaved runs per side and rank count (median)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.cases == ["smpi"]:
         return _peers(args)
     cases = list(CASES) if args.cases == ["all"] else (args.cases or DEFAULT)

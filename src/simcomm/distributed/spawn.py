@@ -14,6 +14,7 @@ from ..engine import Activity, Simulation
 from ..session import Session
 from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
+from ..vocab import MAX_RANKS_PER_NODE
 
 
 MAX_RANKS = 16384  # a greenlet (or a thread) per rank
@@ -46,7 +47,12 @@ def resolve_cluster(cluster, nprocs: int | None) -> Cluster:
         return cluster
     if not isinstance(cluster, str):
         raise SimcommError(f"cluster must be a preset name or a simcomm Cluster, got {cluster!r}")
-    if cluster == "cpu-host":
+    if cluster == "cpu-host":  # one host with a process per rank
+        if nprocs is not None and nprocs > MAX_RANKS_PER_NODE:
+            raise SimcommError(f"nprocs={nprocs}: cpu-host is one host, which holds at most {MAX_RANKS_PER_NODE} "
+                               f"ranks (as in a scenario: its routes are worked out for every pair of its ranks); "
+                               f"pass a Cluster of several hosts, e.g. build_cluster('cpu-host', nodes=N, "
+                               f"ranks_per_node=K)")
         return build_cluster("cpu-host", ranks_per_node=nprocs or 4)
     probe = build_cluster(cluster)
     nodes = max(1, math.ceil((nprocs or probe.num_ranks) / probe.ranks_per_node))
@@ -68,6 +74,9 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     numerics: "gloo" (bitwise gloo ring order) or "nccl"; the default follows the cluster (CPU -> gloo).
     execution: how ranks keep their call stacks, "greenlet" (fast) or "thread" (for libraries with per-thread
     state, such as torch's grad mode); by default greenlets unless torch is loaded (see distributed/execution.py).
+
+    A failed run raises its SimcommError (RankFailed, DeadlockError, ...) with two more attributes: simulated_time
+    (when it stopped) and finished (the ranks whose function had returned).
     """
     if start_method not in START_METHODS:
         raise SimcommError(f"start_method={start_method!r}: expected one of {', '.join(START_METHODS)}, as "
@@ -89,7 +98,11 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     rt.services["groups"] = GroupRegistry(n)
     rt.services["p2p"] = matcher = P2PMatcher(session)
     rt.services["collectives"] = CollectiveRendezvous(rt)
-    results = rt.run(fn, args)
+    try:
+        results = rt.run(fn, args)
+    except SimcommError as exc:
+        exc.simulated_time, exc.finished = sim.now, sorted(rt.finished)
+        raise
     unmatched = matcher.unmatched()
     if unmatched:  # NCCL would hang at teardown on these
         shown = "; ".join(unmatched[:8]) + (f"; and {len(unmatched) - 8} more" if len(unmatched) > 8 else "")
