@@ -73,6 +73,8 @@ def test_plan_for_torchtitan_prints_its_toml_keys(tmp_path, capsys):
                  "none", "--tp", "2,4", "--top", "3", "--no-overlap-check", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["framework"] == "torchtitan" and {r["zero"] for r in doc["rows"]} <= {0, 3}
+    assert doc["rows"][0]["run"].startswith("torchtitan: [parallelism]") and "run" not in doc["rows"][-1]
+    assert doc["own"]["run"].startswith("torchtitan") and doc["own"]["candidate"] in (True, False)
     assert main(["plan", str(path), "--jobs", "1", "--framework", "torchtitan", "--mbs", "1", "--recompute",
                  "none", "--tp", "2,4", "--top", "3", "--no-overlap-check"]) == 0
     out = capsys.readouterr().out

@@ -64,7 +64,7 @@ def cmd_plan(args) -> int:
     from ..scenario import NO_INTERFERENCE, load_scenario
     from ..units import format_size
     from ..workloads.training import model_of
-    from .plan_table import plan_blocks
+    from .plan_table import how_to_run, plan_blocks
     loaded = load_scenario(args.scenario, NO_INTERFERENCE if args.no_interference else None)
     spec = loaded.scenario.workload
     if spec.kind != "training":
@@ -93,7 +93,9 @@ def cmd_plan(args) -> int:
     if args.plot:
         from ..report.training_plots import plot_plan
         plot_plan(fits, args.plot, f"{loaded.name}: {len(fits)} layouts that fit ({result.simulated} simulated)")
-    if args.json:
+    if args.json:  # the printed rows and the scenario's own layout with their framework's arguments
+        for r in fits[:args.top] + ([result.own] if result.own and "fits" in result.own else []):
+            r["run"] = how_to_run(r, space.framework, model, base, cluster)
         sys.stdout.write(dumps({**summary, "rows": rows}))
         return EXIT_OK
     head = (f"plan for {model.name or 'the model'} on {base.world_size or cluster.num_ranks} GPUs ({cluster.name}), "

@@ -26,7 +26,7 @@ def _candidate(row: dict) -> Candidate:
 
 
 def _layout(row: dict, model, base, cluster):
-    cfg = base if row.get("own") else _candidate(row).config(base)
+    cfg = base if row.get("own") or row.get("candidate") is False else _candidate(row).config(base)
     return build_layout(model, cfg, cluster.num_ranks)
 
 
