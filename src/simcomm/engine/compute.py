@@ -135,6 +135,7 @@ class ComputeQueue(DeviceQueue):
         self._delta_margin = np.zeros(num_ranks, dtype=np.int64)
         self._cursor = np.zeros(num_ranks)
         self._order = 0
+        self._holdings: dict = {}  # (ranks, SMs) as occupy() gets them -> holding()'s (read-only) arrays
         self.stats = {"compute_jobs": 0, "rerated_jobs": 0}
 
     # ---- compute -----------------------------------------------------------------------------------------
@@ -194,7 +195,14 @@ class ComputeQueue(DeviceQueue):
         the SMs left (userbuffers' SM margin). None (nothing to release) without sharing or SMs."""
         if not self.sharing:
             return None
-        return self.hold(*holding(ranks, sms), margin)
+        ranks = np.asarray(ranks, dtype=np.int64).reshape(-1)
+        key = (ranks.tobytes(), np.asarray(sms, dtype=np.int64).tobytes(), np.ndim(sms))
+        got = self._holdings.get(key)  # a step replays the same collectives on the same groups again and again
+        if got is None:
+            if len(self._holdings) >= 4096:
+                self._holdings.clear()
+            got = self._holdings[key] = holding(ranks, sms)
+        return self.hold(*got, margin)
 
     def hold(self, ranks: np.ndarray, sms, margin: bool = False) -> Callable[[], None] | None:
         """occupy() for distinct `ranks` (SMs scalar or one per rank; see `holding`)."""
@@ -224,7 +232,8 @@ class ComputeQueue(DeviceQueue):
             self.margin[ranks] += margin
         if not self._jobs:
             return
-        busy = ranks[self.free_at[ranks] > now]
+        computing = self.free_at[ranks] > now
+        busy = ranks[computing]
         if not len(busy):
             return
         seen: dict[int, Job] = {}
@@ -232,18 +241,19 @@ class ComputeQueue(DeviceQueue):
             for j in self._jobs.get(r, ()):
                 seen[j.order] = j
         self._mark[busy] = True
-        self._delta[ranks] = held  # what changed: the rates each rank had were those of held - delta
+        # what changed on the ranks re-rated (only theirs are read): they had the rates of held - delta
+        self._delta[busy] = held if np.ndim(held) == 0 else held[computing]
         if margins:
-            self._delta_margin[ranks] = margin
+            self._delta_margin[busy] = margin if np.ndim(margin) == 0 else margin[computing]
         cursor = self._cursor
         cursor[busy] = now
         for key in sorted(seen):
             self._rerate(seen[key], now, cursor)
         self.free_at[busy] = cursor[busy]
         self._mark[busy] = False
-        self._delta[ranks] = 0
+        self._delta[busy] = 0
         if margins:
-            self._delta_margin[ranks] = 0
+            self._delta_margin[busy] = 0
 
     def _rerate(self, j: Job, now: float, cursor: np.ndarray) -> None:
         """The marked ranks' progress brought up to now at the rates they had, and their new ends at the rates
