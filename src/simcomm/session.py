@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
