@@ -4,7 +4,7 @@
     python examples/training/step_vs_published.py k22 n1.7   # some rows, by key
     python examples/training/step_vs_published.py --json     # one JSON object per row
     python examples/training/step_vs_published.py --markdown # docs/training.md's table rows and mean line
-    python examples/training/step_vs_published.py --ablation # each row with and without interference (markdown)
+    python examples/training/step_vs_published.py --ablation # each row with every mechanism, then each one off
     python examples/training/step_vs_published.py --no-interference   # compute and communication not sharing GPUs
 
 Each row is the source's model and layout on the matching simulated cluster; the metric is the source's (its
@@ -24,7 +24,7 @@ def gpt(h, a, L, name, s=2048, V=51200):
 
 
 NARAYANAN = dict(bf16=False, fp16=True, recompute_granularity="full", use_flash_attn=False, micro_batch_size=1,
-                 flops_formula="narayanan")
+                 flops_formula="narayanan", scatter_gather_tensors_in_pipeline=True)  # Megatron-LM 2021's default
 KORTHIKANTI = dict(bf16=False, fp16=True, recompute_granularity="selective", sequence_parallel=True,
                    use_flash_attn=False, micro_batch_size=1, flops_formula="narayanan")
 LLAMA = dict(sequence_parallel=True, micro_batch_size=1, use_distributed_optimizer=True, overlap_grad_reduce=True,
@@ -81,11 +81,11 @@ ROWS = [
 ]
 
 
-def run(row, interference: bool = True):
+def run(row, interference: bool = True, changes=None):
     key, source, metric, published, preset, gpus, model, settings = row
     t = time.perf_counter()
     cluster = build_cluster(preset, nodes=gpus // 8, tuning_changes=None if interference else {"interference": False})
-    layout = build_layout(model, TrainingConfig(**settings), cluster.num_ranks)
+    layout = build_layout(model, TrainingConfig(**{**settings, **(changes or {})}), cluster.num_ranks)
     sim = StepModel(layout, cluster, check_memory=False)
     res = sim.run()
     pred = {"tflops_eq3": res.hardware_flops / res.step_time / res.world / 1e12,
@@ -123,18 +123,33 @@ def markdown_row(r, layout, preset) -> str:
             f"{r['published']:{'.1f' if unit else 'g'}}{unit} | {r['predicted']:.1f}{unit} | {r['error']:+.1%} |")
 
 
-ABLATION = ("| source | model, GPUs | metric | published | without interference | with | its share of the step |\n"
-            "| --- | --- | --- | --- | --- | --- | --- |")
+# the mechanisms an ablation turns off one at a time: (column, interference, configuration changes)
+MECHANISMS = (("interference off", False, {}), ("p2p rendezvous off", True, {"p2p_rendezvous": False}),
+              ("step collectives off", True, {"step_collectives": False}),
+              ("pipeline scatter/gather off", True, {"scatter_gather_tensors_in_pipeline": False}))
+ABLATION = ("| source | model, GPUs | metric | published | every mechanism | " +
+            " | ".join(m[0] for m in MECHANISMS) + " | interference's share of the step |\n" +
+            "| --- " * (6 + len(MECHANISMS)) + "|")
 
 
 def ablation(row) -> str:
-    """A row of docs/training.md's ablation table: the prediction without and with interference."""
-    off, on = run(row, False), run(row)
+    """A row of docs/training.md's ablation table: the prediction with every mechanism, then with each one off
+    (a mechanism the row does not use: the same figure)."""
+    on = run(row)
     unit = "%" if on["metric"] == "mfu" else ""
     fmt = ".1f" if unit else "g"
+
+    def cell(r):
+        return f"{r['predicted']:.1f}{unit} ({r['error']:+.1%})"
+    cfg, offs = TrainingConfig(**row[7]), []
+    for _, interference, changes in MECHANISMS:
+        used = all(getattr(cfg, k) != v for k, v in changes.items()) and \
+            ("scatter_gather_tensors_in_pipeline" not in changes or (cfg.tensor_model_parallel_size > 1 and not cfg.sp
+                                                                     and cfg.pipeline_model_parallel_size > 1))
+        offs.append(cell(run(row, interference, changes)) if used else "=")
     return (f"| {on['source']} | {on['model']}, {on['gpus']:,} | {METRIC[on['metric']]} | "
-            f"{on['published']:{fmt}}{unit} | {off['predicted']:.1f}{unit} ({off['error']:+.1%}) | "
-            f"{on['predicted']:.1f}{unit} ({on['error']:+.1%}) | {on['breakdown'].get('interference', 0.0):.1%} |")
+            f"{on['published']:{fmt}}{unit} | {cell(on)} | " + " | ".join(offs) +
+            f" | {max(on['breakdown'].get('interference', 0.0), 0.0):.1%} |")  # float noise can dip below 0
 
 
 def main(argv) -> int:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from .arrays import unique
 from .algorithms import ALGORITHMS, PROTOCOLS, Buffers, Collective, ReduceOp, run_collective
 from .algorithms.channels import p2p_channels
 from .algorithms.reduce_ops import as_reduce_op, check_op
@@ -277,7 +278,7 @@ class Session:
         if group.size and (group.min() < 0 or group.max() >= n):
             bad = int(group[(group < 0) | (group >= n)][0])
             raise SimcommError(f"{what}: rank {bad} is out of range; {self.cluster.name} has ranks 0..{n - 1}")
-        if distinct and len(np.unique(group)) != len(group):
+        if distinct and len(unique(group)) != len(group):
             values, counts = np.unique(group, return_counts=True)
             raise SimcommError(f"{what}: a group's ranks must be distinct, but rank {int(values[counts > 1][0])} "
                                f"appears {int(counts[counts > 1][0])} times in {group.tolist()}")

@@ -96,10 +96,10 @@ def test_a_log_with_no_usable_row_is_an_error(tmp_path, capsys):
 
 def test_cluster_for_checks_nodes_and_the_rank_count():
     from simcomm.backends.compare_log import cluster_for
-    with pytest.raises(SimcommError, match="nodes: expected a whole number from 1 to 8192, got 0"):
+    with pytest.raises(SimcommError, match="nodes: expected a whole number from 1 to 32768, got 0"):
         cluster_for("hgx-h100", 8, 0)
     (t,) = read_log(LOGS / "current_2x.log")
-    with pytest.raises(SimcommError, match="beyond the 65536 simcomm simulates; pass --ranks"):
+    with pytest.raises(SimcommError, match="beyond the 262144 simcomm simulates; pass --ranks"):
         compare_table(t, "hgx-h100", ranks=10 ** 9)
 
 

@@ -89,7 +89,7 @@ def test_from_log_mistakes_are_clean_errors(tmp_path, capsys):
     assert main(["calibrate", "--from-log", str(one), "--cluster", "hgx-h100"]) == 2
     assert "calibrate needs a sweep of at least 2 measured sizes" in capsys.readouterr().err
     assert main(["calibrate", "--from-log", str(log), "--cluster", "hgx-h100", "--nodes", "0"]) == 2
-    assert "argument --nodes: expected a whole number from 1 to 8192, got 0" in capsys.readouterr().err
+    assert "argument --nodes: expected a whole number from 1 to 32768, got 0" in capsys.readouterr().err
 
 
 def test_from_log_notes_the_rows_it_leaves_out(tmp_path, capsys):

@@ -67,8 +67,9 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
     coll = replace(coll, placement=replace(coll.placement, protocol=choice.protocol))
     alg = ALGORITHMS[coll.kind][choice.algorithm]
     plan = alg.plans[coll.kind]
+    alone = alg.alone.get(coll.kind)
     if numerics == "gloo" and algorithm in (None, "ring"):
-        plan = _gloo_plan(coll, plan)
+        plan, alone = _gloo_plan(coll, plan), None
     buf = rows if isinstance(rows, Buffers) else Buffers(rows, coll.op)
     premul = numerics == "nccl"
     reducing = coll.kind in REDUCING
@@ -85,7 +86,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
 
     def body():
         release = sim.compute.hold(coll.ranks, choice.channels, sm_margin)  # its CTAs, on each GPU, until it ends
-        end = yield from execute(sim, coll, plan, buf, proto, name, tags)
+        end = yield from execute(sim, coll, plan, buf, proto, name, tags, alone)
         if release is not None:
             release()
         if buf.live and reducing:

@@ -20,8 +20,8 @@ def torchrun_cluster(cluster, nproc_per_node: int, nnodes: int) -> Cluster:
     if probe.device.kind == "cpu":
         if nproc_per_node > MAX_RANKS_PER_NODE:
             raise SimcommError(f"{nproc_per_node} ranks per node: a {probe.name} host holds at most "
-                               f"{MAX_RANKS_PER_NODE} (as in a scenario: its routes are worked out for every pair of "
-                               f"its ranks); use more nodes")
+                               f"{MAX_RANKS_PER_NODE} (as in a scenario: more threads than a user would wait for on one "
+                               f"machine); use more nodes")
         return build_cluster(cluster, nodes=nnodes, ranks_per_node=nproc_per_node)
     if nproc_per_node > probe.ranks_per_node:
         raise SimcommError(f"--nproc-per-node {nproc_per_node} exceeds the {probe.ranks_per_node} GPUs per node of "

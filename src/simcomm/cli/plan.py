@@ -77,8 +77,9 @@ def cmd_plan(args) -> int:
     space = _space(args)
     alone = 0 if args.no_overlap_check or args.no_interference else args.top
     try:
-        result = with_progress("planning", lambda update: plan(model, base, cluster, space, args.jobs, args.simulate,
-                                                               args.max_simulate, update, own=True, alone=alone))
+        result = with_progress("planning", lambda update: plan(
+            model, base, cluster, space, args.jobs, args.simulate, args.max_simulate, update, args.ray is not None,
+            args.ray or None, own=True, alone=alone))
     except LayoutError as exc:  # a field of the scenario that no layout can satisfy
         field = getattr(exc, "field", None)
         raise SimcommError(f"{args.scenario}: " + (f"workload.{field}: " if field else "") + str(exc)) from None
@@ -125,6 +126,9 @@ def add_parser(sub) -> None:
                                    "simulated in full, the rest by a lower bound).")
     p.add_argument("scenario", help="a training scenario (its workload gives the model, batch and fixed settings)")
     p.add_argument("--jobs", type=JOBS, help="local worker processes, 1 to this host's cores (default: every core)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="search on a Ray cluster instead of local processes (needs simcomm[ray]); ADDRESS defaults "
+                        "to a local one; same result as local workers")
     p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed", "any"), default="any",
                    help="only the layouts this framework runs, each row with its arguments (megatron: Megatron-LM, "
                         "ZeRO-2/3 as Megatron-FSDP without pipeline parallelism; torchtitan: FSDP2, i.e. ZeRO-3 or "

@@ -2,6 +2,8 @@
 how much each row's rank rests on overlap, and the arguments that ask a framework for each printed row."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..parallel.frameworks import FRAMEWORKS, NAMES, arguments, layout_refusal, runners
 from ..parallel.layout import build_layout
 from ..parallel.search import Candidate
@@ -25,15 +27,17 @@ def _candidate(row: dict) -> Candidate:
                      None if row["recompute"] == "none" else row["recompute"])
 
 
-def _layout(row: dict, model, base, cluster):
-    cfg = base if row.get("own") or row.get("candidate") is False else _candidate(row).config(base)
+def _layout(row: dict, model, base, cluster, framework: str | None):
+    if row.get("own") or row.get("candidate") is False:
+        return build_layout(model, base, cluster.num_ranks)
+    cfg = _candidate(row).config(replace(base, framework=framework) if framework else base)
     return build_layout(model, cfg, cluster.num_ranks)
 
 
 def how_to_run(row: dict, framework: str | None, model, base, cluster) -> str:
     """One line: the framework's arguments for the row's layout (with --framework any, the first framework that runs
     it), or why none runs it."""
-    layout = _layout(row, model, base, cluster)
+    layout = _layout(row, model, base, cluster, framework)
     if framework is None:
         able = runners(layout)
         if not able:

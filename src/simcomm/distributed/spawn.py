@@ -10,7 +10,7 @@ from .groups import GroupRegistry
 from .p2p import P2PMatcher, UnmatchedP2PWarning
 from .rendezvous import CollectiveRendezvous
 from .runtime import RankRuntime
-from ..engine import Activity, Simulation
+from ..engine import Activity, Simulation, resolve_detail
 from ..session import Session
 from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
@@ -50,7 +50,7 @@ def resolve_cluster(cluster, nprocs: int | None) -> Cluster:
     if cluster == "cpu-host":  # one host with a process per rank
         if nprocs is not None and nprocs > MAX_RANKS_PER_NODE:
             raise SimcommError(f"nprocs={nprocs}: cpu-host is one host, which holds at most {MAX_RANKS_PER_NODE} "
-                               f"ranks (as in a scenario: its routes are worked out for every pair of its ranks); "
+                               f"ranks (as in a scenario: more threads than a user would wait for on one machine); "
                                f"pass a Cluster of several hosts, e.g. build_cluster('cpu-host', nodes=N, "
                                f"ranks_per_node=K)")
         return build_cluster("cpu-host", ranks_per_node=nprocs or 4)
@@ -63,7 +63,7 @@ START_METHODS = ("spawn", "fork", "forkserver")
 
 
 def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorithm=None, protocol=None,
-          numerics: str | None = None, detail: str = "flows", join: bool = True, daemon: bool = False,
+          numerics: str | None = None, detail: str | None = None, join: bool = True, daemon: bool = False,
           start_method: str = "spawn", execution: str | None = None) -> SpawnResult:
     """Run fn(rank, *args) for every rank on a simulated cluster and return a SpawnResult.
 
@@ -72,6 +72,9 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     cluster: a preset name ("hgx-h100", "cpu-host", ...) or a Cluster; nprocs defaults to all its ranks.
     algorithm / protocol force NCCL_ALGO / NCCL_PROTO (algorithm may be a dict per collective kind).
     numerics: "gloo" (bitwise gloo ring order) or "nccl"; the default follows the cluster (CPU -> gloo).
+    detail: what the timeline keeps, "flows" (every flow, and each link's load) or "steps"; by default every flow
+    up to 64 ranks and steps beyond (engine.resolve_detail), so a large run costs no more than "steps" unless
+    its flows are asked for.
     execution: how ranks keep their call stacks, "greenlet" (fast) or "thread" (for libraries with per-thread
     state, such as torch's grad mode); by default greenlets unless torch is loaded (see distributed/execution.py).
 
@@ -90,7 +93,7 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     n = int(nprocs) if nprocs is not None else c.num_ranks
     if not 1 <= n <= c.num_ranks:
         raise SimcommError(f"nprocs={n} does not fit {c.name}, which has {c.num_ranks} ranks")
-    session = Session(c, detail=detail, algorithm=algorithm, protocol=protocol,
+    session = Session(c, detail=resolve_detail(detail, n), algorithm=algorithm, protocol=protocol,
                       numerics=numerics or ("gloo" if c.device.kind == "cpu" else "nccl"))
     sim = session.sim
     rt = RankRuntime(sim, n, execution)

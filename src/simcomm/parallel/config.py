@@ -19,12 +19,17 @@ import numpy as np
 
 from ..errors import SettingError
 from ..vocab import canonical_dtype, numpy_dtype
+from .data_parallel.sharding import STRATEGIES
 from .dims import LayoutError
 from .model.flops import FORMULAS
 from .optim import SGD, AdamW
 
 GiB = 1 << 30
 BIG = 1 << 20  # bound of the parallel sizes and layer counts (anything larger is a typo)
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+DEEPSPEED_STAGE3 = ("stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                    "stage3_param_persistence_threshold")
+FSDP_KNOBS = ("reshard_after_forward", "forward_prefetch", "backward_prefetch")
 
 
 class ConfigError(LayoutError, SettingError):
@@ -69,9 +74,35 @@ class TrainingConfig:
     recompute_num_layers: int | None = setting(None, "layers per group (uniform) or per chunk (block)", lo=1,
                                                hi=BIG)
     # -- data parallelism and overlap
-    use_distributed_optimizer: bool = setting(False, "shard the optimizer state over DP (ZeRO-1)")
-    zero_stage: int | None = setting(None, "ZeRO stage (default 1 with the distributed optimizer)",
-                                     choices=(0, 1, 2, 3))
+    framework: str = setting("megatron", "whose semantics the step follows: megatron (Megatron-LM, Megatron-FSDP), "
+                             "torchtitan (FSDP2) or deepspeed (ZeRO): how ZeRO-3 gathers, prefetches and reshards, "
+                             "and the dtype gradients are reduced in", choices=FRAMEWORKS)
+    data_parallel_sharding_strategy: str | None = setting(
+        None, "what the data-parallel ranks shard (Megatron-FSDP's names): no_shard (DDP), optim (distributed "
+        "optimizer, ZeRO-1), optim_grads (ZeRO-2), optim_grads_params (ZeRO-3 / FSDP); default from zero_stage "
+        "or use_distributed_optimizer", choices=tuple(STRATEGIES))
+    use_distributed_optimizer: bool = setting(False, "shard the optimizer state over DP (ZeRO-1; "
+                                              "data_parallel_sharding_strategy optim)")
+    zero_stage: int | None = setting(None, "ZeRO stage (DeepSpeed's name for data_parallel_sharding_strategy; "
+                                     "default 1 with the distributed optimizer)", choices=(0, 1, 2, 3))
+    reshard_after_forward: bool | None = setting(
+        None, "ZeRO-3 / FSDP: free a unit's gathered parameters after its forward and gather them again for its "
+        "backward (FSDP2's name; default the framework's: torchtitan's 'default' policy reshards without pipeline "
+        "parallelism and keeps the output unit, Megatron-FSDP reshards the transformer layers)")
+    forward_prefetch: int | None = setting(None, "ZeRO-3 / FSDP: units gathered ahead of the one computing in the "
+                                           "forward (default 1: FSDP2, Megatron-FSDP; 0: none)", lo=0, hi=BIG)
+    backward_prefetch: int | None = setting(None, "ZeRO-3 / FSDP: units gathered ahead of the one computing in the "
+                                            "backward (default 1: FSDP2's BACKWARD_PRE; 0: none)", lo=0, hi=BIG)
+    stage3_prefetch_bucket_size: int | None = setting(None, "DeepSpeed ZeRO-3: parameters prefetched ahead of the "
+                                                      "module computing (default 50,000,000)", lo=0, hi=1 << 50)
+    stage3_max_live_parameters: int | None = setting(None, "DeepSpeed ZeRO-3: gathered parameters resident at "
+                                                     "most (default 1,000,000,000)", lo=1, hi=1 << 50)
+    stage3_max_reuse_distance: int | None = setting(None, "DeepSpeed ZeRO-3: keep a module gathered when it is used "
+                                                    "again within this many parameters (default 1,000,000,000)",
+                                                    lo=0, hi=1 << 50)
+    stage3_param_persistence_threshold: int | None = setting(None, "DeepSpeed ZeRO-3: modules with fewer "
+                                                             "parameters stay whole (default 100,000)", lo=0,
+                                                             hi=1 << 50)
     overlap_grad_reduce: bool = setting(False, "reduce gradient buckets during the backward")
     overlap_param_gather: bool = setting(False, "gather parameters during the next forward")
     tp_comm_overlap: bool = setting(False, "overlap TP communication with GEMMs (Transformer Engine)")
@@ -84,7 +115,9 @@ class TrainingConfig:
     fp8_format: str | None = setting(None, "FP8 GEMMs (Transformer Engine)", choices=("hybrid", "e4m3"))
     tf32: bool = setting(True, "with neither bf16 nor fp16: fp32 GEMMs on TF32 tensor cores (as NGC's PyTorch "
                                "containers set; false: plain PyTorch's default, full fp32)")
-    accumulate_allreduce_grads_in_fp32: bool | None = setting(None, "fp32 gradient buffers (default: on with bf16)")
+    accumulate_allreduce_grads_in_fp32: bool | None = setting(
+        None, "fp32 gradient buffers, reduced in fp32 (Megatron's grad_reduce_in_fp32; default the framework's: "
+        "Megatron on with bf16, torchtitan on (FSDP2 reduce_dtype float32), DeepSpeed off)")
     use_flash_attn: bool = setting(True, "flash attention (else materialised s x s scores; fp32 has none)")
     # -- the optimizer (Megatron's: adam is Adam with decoupled weight decay, i.e. AdamW)
     optimizer: str = setting("adam", "adam (AdamW) or sgd", choices=("adam", "sgd"), numeric=True)
@@ -109,13 +142,21 @@ class TrainingConfig:
     flops_formula: str = setting("megatron", "model FLOPs formula for MFU: " + ", ".join(FORMULAS),
                                  choices=tuple(FORMULAS))
     ideal_network: bool = setting(False, "every transfer takes no time (the compute-only bound)")
+    scatter_gather_tensors_in_pipeline: bool = setting(
+        False, "without sequence parallelism each TP rank sends 1/t of a pipeline activation and the receiver "
+        "all-gathers it over TP (Megatron-LM 2021-22's default; Megatron-Core has none)")
+    # -- mechanisms of the step model (simcomm's): each on by default, off for an ablation
+    p2p_rendezvous: bool = setting(True, "a pipeline send completes only once its receive is posted, where "
+                                   "Megatron's schedules post it (false: sends start when their data is ready)")
+    step_collectives: bool = setting(True, "the step's small collectives over their real groups: gradient norm and "
+                                     "fp16's found-inf over the world (distributed optimizer) or the model-parallel "
+                                     "group, the per-micro-batch loss over DP, sequence-parallel norm gradients over "
+                                     "TP (false: one 4-byte all-reduce over a replica)")
 
     def __post_init__(self):
         for name, check in _CHECKS:
             check(getattr(self, name))
-        if self.zero_stage == 0 and self.use_distributed_optimizer:
-            raise ConfigError("use_distributed_optimizer shards the optimizer state (ZeRO stage 1); zero_stage 0 "
-                              "contradicts it", "zero_stage")
+        self._check_sharding()
         if self.bf16 and self.fp16:
             raise ConfigError("bf16 and fp16 are exclusive", "fp16")
         if self.overlap_param_gather and (self.stage < 1 or not self.overlap_grad_reduce):
@@ -128,11 +169,45 @@ class TrainingConfig:
             raise ConfigError(f"params_dtype {self.params_dtype!r} needs size_only=True: numpy has no bfloat16, so "
                               "a run with data cannot compute in it (use float32 or float64)", "params_dtype")
 
+    def _check_sharding(self) -> None:
+        """One sharding scheme, however it is spelled (data_parallel_sharding_strategy, zero_stage,
+        use_distributed_optimizer), that the framework runs, with the framework's own knobs."""
+        strategy, zero = self.data_parallel_sharding_strategy, self.zero_stage
+        if strategy is not None and zero is not None and STRATEGIES[strategy] != zero:
+            raise ConfigError(f"data_parallel_sharding_strategy {strategy} is ZeRO stage {STRATEGIES[strategy]}; "
+                              f"zero_stage {zero} contradicts it", "data_parallel_sharding_strategy")
+        if self.stage == 0 and self.use_distributed_optimizer:
+            spelled = "zero_stage 0" if zero == 0 else "data_parallel_sharding_strategy no_shard"
+            raise ConfigError(f"use_distributed_optimizer shards the optimizer state (ZeRO stage 1, optim); "
+                              f"{spelled} contradicts it", "zero_stage" if zero == 0 else
+                              "data_parallel_sharding_strategy")
+        fw = self.framework
+        if fw == "torchtitan" and self.stage in (1, 2):
+            raise ConfigError(f"torchtitan shards with FSDP2 (optim_grads_params) or replicates (no_shard); it has no "
+                              f"{self.sharding_strategy} (ZeRO-{self.stage})", "data_parallel_sharding_strategy")
+        if fw == "deepspeed" and self.stage >= 2 and self.pipeline_model_parallel_size > 1:
+            raise ConfigError(f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only, not {self.stage}",
+                              "pipeline_model_parallel_size")
+        knobs, owner = (FSDP_KNOBS, "deepspeed") if fw == "deepspeed" else (DEEPSPEED_STAGE3, fw)
+        for name in knobs:
+            if getattr(self, name) is not None:
+                mine = "DeepSpeed's (framework: deepspeed)" if name.startswith("stage3_") else \
+                    "FSDP's (framework: torchtitan or megatron)"
+                raise ConfigError(f"{name} is {mine}; framework {owner} does not have it", name)
+
     # ---- derived numerics --------------------------------------------------------------------------------
     @property
     def stage(self) -> int:
-        """The ZeRO stage: zero_stage, else 1 with the distributed optimizer, else 0."""
+        """The ZeRO stage: data_parallel_sharding_strategy's, else zero_stage, else 1 with the distributed
+        optimizer, else 0."""
+        if self.data_parallel_sharding_strategy is not None:
+            return STRATEGIES[self.data_parallel_sharding_strategy]
         return self.zero_stage if self.zero_stage is not None else (1 if self.use_distributed_optimizer else 0)
+
+    @property
+    def sharding_strategy(self) -> str:
+        """Megatron-FSDP's name of the sharding scheme: no_shard, optim, optim_grads or optim_grads_params."""
+        return next(name for name, z in STRATEGIES.items() if z == self.stage)
 
     @property
     def param_bytes(self) -> int:
@@ -140,10 +215,13 @@ class TrainingConfig:
 
     @property
     def grad_bytes(self) -> int:
-        """Gradient buffer element size: fp32 when accumulate_allreduce_grads_in_fp32 (forced on with bf16)."""
+        """Gradient buffer element size, and that of the data-parallel reductions: fp32 when
+        accumulate_allreduce_grads_in_fp32, whose default is the framework's: Megatron-LM forces it on with bf16
+        (grad_reduce_in_fp32), torchtitan reduces in fp32 (FSDP2's MixedPrecisionPolicy reduce_dtype float32),
+        DeepSpeed in the model's dtype (communication_data_type unset)."""
         fp32 = self.accumulate_allreduce_grads_in_fp32
         if fp32 is None:
-            fp32 = self.bf16 or not self.fp16
+            fp32 = {"megatron": self.bf16 or not self.fp16, "torchtitan": True, "deepspeed": False}[self.framework]
         return 4 if fp32 or self.param_bytes == 4 else 2
 
     @property
@@ -220,4 +298,4 @@ def _checker(f: dataclasses.Field):
 _CHECKS = tuple((f.name, _checker(f)) for f in dataclasses.fields(TrainingConfig))
 
 
-__all__ = ["FIELDS", "ConfigError", "TrainingConfig", "setting"]
+__all__ = ["FIELDS", "FRAMEWORKS", "ConfigError", "TrainingConfig", "setting"]

@@ -103,6 +103,30 @@ class Layout:
     def has_output(self, rank: int, chunk: int) -> bool:
         return rank == self.dims.pp - 1 and chunk == self.chunks - 1
 
+    def pass_parts(self, rank: int, chunk: int, phase: str) -> tuple[tuple[int, str, str], ...]:
+        """What a forward ('F') or backward ('B') pass of model chunk `chunk` on pipeline rank `rank` runs, in order:
+        (layer, program, phase) with layer -1 the embedding and -2 the output layer. Forward: the embedding (first
+        virtual stage), the chunk's layers, the output layer and loss (last virtual stage); backward in reverse,
+        each recomputed layer's forward (full) or core attention (selective) right before its backward."""
+        layers, out = self.layers_of(rank, chunk), []
+        if phase == "F":
+            if self.has_embedding(rank, chunk):
+                out.append((-1, "embedding.forward", "forward"))
+            out += [(i, "layer.forward", "forward") for i in layers]
+            if self.has_output(rank, chunk):
+                out.append((-2, "output.forward", "forward"))
+            return tuple(out)
+        if self.has_output(rank, chunk):
+            out.append((-2, "output.backward", "backward"))
+        for pos in reversed(range(len(layers))):
+            rerun = self.recomputes(pos)
+            if rerun:
+                out.append((layers[pos], "layer.recompute" if rerun == "full" else "layer.selective", "recompute"))
+            out.append((layers[pos], "layer.backward", "backward"))
+        if self.has_embedding(rank, chunk):
+            out.append((-1, "embedding.backward", "backward"))
+        return tuple(out)
+
     def describe(self) -> str:
         c = self.config
         v = f" v={self.chunks}" if self.chunks > 1 else ""

@@ -24,7 +24,7 @@ Passes, all deterministic (the result does not depend on the number of workers):
    step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
 4. on request, the scenario's own layout (the base config as given) evaluated and ranked among them, and the best
    simulated rows simulated again with interference off (how much their ranking rests on overlap).
-Workers (local processes) keep their layer templates and the cluster between layouts.
+Workers (local processes, or Ray's: workers.RayPool) keep their layer templates and the cluster between layouts.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import OutOfMemoryError, SimcommError
+from ..workers import RayPool
 from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
 from .frameworks import refusal
@@ -80,7 +81,8 @@ class Candidate:
                        pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
                        num_layers_per_virtual_pipeline_stage=None,
                        virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
-                       zero_stage=self.zero, use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
+                       zero_stage=self.zero, data_parallel_sharding_strategy=None,
+                       use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
                        overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
                        recompute_method="uniform", recompute_num_layers=None)
 
@@ -335,12 +337,15 @@ def world_of(base: TrainingConfig, cluster) -> int:
 
 
 def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(), jobs: int | None = None,
-         simulate_at_least: int = 16, max_simulate: int = 64, progress=None, own: bool = False,
-         alone: int = 0) -> PlanResult:
-    """Search the layouts of `model` on `cluster` at `base`'s global batch (see the module docstring); `own`:
-    evaluate `base` as given too (PlanResult.own); `alone`: simulate the best `alone` simulated rows again with
-    interference off (their `step_time_alone`)."""
+         simulate_at_least: int = 16, max_simulate: int = 64, progress=None, ray: bool = False,
+         ray_address: str | None = None, own: bool = False, alone: int = 0) -> PlanResult:
+    """Search the layouts of `model` on `cluster` at `base`'s global batch (see the module docstring); `ray`: on
+    the Ray cluster at `ray_address` (a local one when empty) instead of `jobs` local processes, with the same
+    result; `own`: evaluate `base` as given too (PlanResult.own); `alone`: simulate the best `alone` simulated rows
+    again with interference off (their `step_time_alone`)."""
     world = world_of(base, cluster)
+    given = base  # the scenario's own layout, as given; the candidates take the framework searched for
+    base = replace(base, framework=space.framework) if space.framework else base
     cands = candidates(model, base, world, cluster.ranks_per_node, space)
     if not cands:
         raise ConfigError(f"global_batch_size {base.global_batch_size}: no layout of the search space splits it "
@@ -348,7 +353,10 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
                           f"pp x dp = {world})", "global_batch_size")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(cands)))
     done, total = [0], [len(cands) + simulate_at_least]
-    pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(cluster, model, base)) if jobs > 1 else None
+    if ray:
+        pool = RayPool(ray_address, "a plan", _init, (cluster, model, base))
+    else:
+        pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(cluster, model, base)) if jobs > 1 else None
     if pool is None:
         _init(cluster, model, base)
 
@@ -398,9 +406,9 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
         for i, res in run(simulate_alone, rows_alone[:alone]):
             rows[i].update(res)
         if own:
-            mine = _own(base, cands, rows, lambda fn, x: _map(pool, fn, [x], progress, done, total)[0])
+            mine = _own(given, base, cands, rows, lambda fn, x: _map(pool, fn, [x], progress, done, total)[0])
             if alone and "step_time" in mine and "step_time_alone" not in mine:
-                mine.update(_map(pool, simulate_alone, [base], progress, done, total)[0])
+                mine.update(_map(pool, simulate_alone, [given], progress, done, total)[0])
     finally:
         if pool is not None:
             pool.shutdown()
@@ -415,12 +423,12 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
     return PlanResult(rows, len(cands), simulated, proven, own=mine)
 
 
-def _own(base: TrainingConfig, cands: list[Candidate], rows: list[dict], call) -> dict:
+def _own(given: TrainingConfig, base: TrainingConfig, cands: list[Candidate], rows: list[dict], call) -> dict:
     """The scenario's own layout: the candidate's row when the search built the very same config (simulated
     if it was not), else `base` evaluated as given; `candidate` is whether the search space holds it."""
     for i, c in enumerate(cands):
-        if c.config(base) == base:
+        if c.config(base) == given:
             if "bound" in rows[i] and "step_time" not in rows[i]:
                 rows[i].update(call(simulate, c))
             return {**rows[i], "candidate": True}
-    return {**call(evaluate, base), "candidate": False}
+    return {**call(evaluate, given), "candidate": False}

@@ -10,13 +10,18 @@ replayed; repeated data-parallel collectives are replayed when their links are q
 The step: the pipeline's stages walk their schedules (pipeline_parallel/timing.py), the data-parallel policy of
 the layout's sharding scheme adds its gathers and reductions at the step's seams (data_parallel/timing.py); when
 a stage's gradients are reduced, the tied-embedding all-reduce (first and last stage); once every stage is
-there, a gradient-norm all-reduce over the replica and the optimizer (memory-bound Adam over the GPU's shard),
-then what the policy still gathers. Not modelled: data loading, the per-step host overheads.
+there, the optimizer's small all-reduces (step_collectives: fp16's found-inf and the gradient norm, over the
+world with the distributed optimizer, else over the model-parallel group; off: one over the replica), the
+optimizer (memory-bound Adam over the GPU's shard), then what the policy still gathers. With sequence
+parallelism each stage first all-reduces its norm gradients over TP (Megatron's finalize_model_grads). Not
+modelled: data loading, the per-step host overheads.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..algorithms.plan import Collective
+from ..algorithms.run import choice_for
 from ..engine import MEMORY_KERNEL, Mix
 from ..engine.trace import Activity
 from ..errors import SimcommError
@@ -220,6 +225,11 @@ class _StepEnd:
             yield env.all_of(grads)
         self.grads_done[r].succeed()
         st.acc["dp"] += env.now - t
+        norms = self._sequence_parallel_grads(r)
+        if norms:
+            t = env.now
+            yield env.all_of(norms)
+            st.acc["tp"] += env.now - t
         if self.tied and r in (0, pp - 1):
             t = env.now
             yield self.grads_done[pp - 1 - r if r else pp - 1]  # the other end of the embedding group
@@ -228,6 +238,55 @@ class _StepEnd:
             yield self._embedding_all_reduce()
             st.acc["dp"] += env.now - t
         self.ready[r].succeed()
+
+    def _sequence_parallel_grads(self, r: int) -> list:
+        """Megatron's finalize_model_grads with sequence parallelism: the gradients of the parameters every TP rank
+        holds whole (norms; row-parallel biases) summed over TP, one coalesced all-reduce per TP group."""
+        layout, dims, cfg = self.model.layout, self.model.dims, self.model.cfg
+        if not (cfg.step_collectives and cfg.sp):
+            return []
+        m = layout.model
+        norm = m.hidden_size * (2 if m.normalization == "LayerNorm" else 1)
+        per_layer = 2 * norm + (2 * m.hidden_size if m.add_bias_linear else 0)
+        layers = sum(len(layout.layers_of(r, c)) for c in range(layout.chunks))
+        n = layers * per_layer + (norm if r == dims.pp - 1 else 0)
+        dtype = "float32" if cfg.grad_bytes == 4 else cfg.act_dtype
+        return [self.p.traffic.collective("all_reduce", dims.ranks(pp=r, dp=0, cp=c).reshape(-1), n * cfg.grad_bytes,
+                                          dtype, tags={"axis": "tp", "stage": r, "phase": "sp_norm_grads"})
+                for c in range(dims.cp)]
+
+    def _optimizer_collectives(self):
+        """The optimizer's small all-reduces, one after the other: fp16's found-inf (max), the gradient norm (sum
+        of squares); over every GPU holding a piece of the gradients: the world with the distributed optimizer
+        (each DP rank a shard), else the model-parallel group (tp x pp x cp). step_collectives off: one 4-byte
+        all-reduce over the replica. A world-wide one takes the time NCCL's tuner model gives the algorithm it
+        would run (tuner.predict: within 4% of the simulated tree at 16,384 GPUs; a latency-bound 4 bytes neither
+        contends nor is contended), as simulating every rank's tree would cost seconds of wall time per step."""
+        dims, cfg, env = self.model.dims, self.model.cfg, self.env
+        replica = dims.ranks(dp=0).reshape(-1)
+        if not cfg.step_collectives:
+            return self.p.traffic.collective("all_reduce", replica, 4, "float32",
+                                             tags={"axis": "mp", "phase": "grad_norm"})
+        names = (["found_inf"] if cfg.fp16 else []) + ["grad_norm"]
+        if not (self.model.layout.sharding.optimizer_state and dims.dp > 1):
+            def chain():
+                for name in names:
+                    yield self.p.traffic.collective("all_reduce", replica, 4, "float32",
+                                                    tags={"axis": "mp", "phase": name})
+            return env.process(chain())
+        world = dims.grid.reshape(-1)
+        session = self.p.session
+        choice = choice_for(session.sim, Collective("all_reduce", world, 1), None, None)
+        recorder = session.sim.recorder
+
+        def world_chain():
+            for name in names:
+                t0 = env.now
+                yield env.timeout(0.0 if cfg.ideal_network else choice.predicted)
+                recorder.spans("collective", world, t0, env.now, 4, f"all_reduce {choice.algorithm}/{choice.protocol}",
+                               {"collective": "all_reduce", "algorithm": choice.algorithm,
+                                "protocol": choice.protocol, "axis": "world", "phase": name})
+        return env.process(world_chain())
 
     def _embedding_all_reduce(self):
         """Tied embeddings: the first and last stage add their copies' gradients (Megatron's embedding group)."""
@@ -249,9 +308,7 @@ class _StepEnd:
         t = env.now
         st.acc["bubble"] += t - self.idle_from[r]
         if self._norm is None:
-            replica = self.model.dims.ranks(dp=0).reshape(-1)
-            self._norm = self.p.traffic.collective("all_reduce", replica, 4, "float32",
-                                                   tags={"axis": "mp", "phase": "grad_norm"})
+            self._norm = self._optimizer_collectives()
         yield self._norm
         st.acc["dp"] += env.now - t
         t, secs = env.now, optimizer_seconds(self.model.layout, r, self.model.cm)

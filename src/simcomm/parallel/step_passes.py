@@ -1,10 +1,9 @@
 """What one pipeline rank runs for one action of the schedule in the step model: a pass, and the layer templates
 it is made of.
 
-A forward pass of model chunk c is the embedding (first virtual stage), the chunk's layers and the output layer
-with the loss (last virtual stage); a backward pass runs them in reverse, each recomputed layer's forward (full
-recomputation) or core attention (selective) right before its backward. Each backward part says how many
-parameters' gradients it produces (the data-parallel buckets are made of them: data_parallel/timing.py).
+A pass runs what Layout.pass_parts lists (the embedding, the chunk's layers, the output layer with the loss;
+backward in reverse with recomputation before each backward), each a layer template. Each backward part says how
+many parameters' gradients it produces (the data-parallel buckets are made of them: data_parallel/timing.py).
 """
 from __future__ import annotations
 
@@ -39,33 +38,17 @@ class Pass:
 
 
 def build_pass(layout, rank: int, chunk: int, phase: str, t: dict[str, Template]) -> Pass:
-    """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` from templates `t` (keys
-    layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
+    """The pass of `phase` ('F' or 'B') of model chunk `chunk` on pipeline rank `rank` (Layout.pass_parts) from
+    templates `t` (keys layer.forward, layer.backward, layer.recompute, layer.selective, embedding.forward/backward,
     output.forward/backward)."""
     per_layer = layout.layer_params
     params = stage_parameters(layout, rank)
-    layers = layout.layers_of(rank, chunk)
-    seq: list[tuple[int, Template, str, float]] = []
-    if phase == "F":
-        if layout.has_embedding(rank, chunk):
-            seq.append((-1, t["embedding.forward"], "forward", 0.0))
-        seq += [(i, t["layer.forward"], "forward", 0.0) for i in layers]
-        if layout.has_output(rank, chunk):
-            seq.append((-2, t["output.forward"], "forward", 0.0))
-    else:
-        if layout.has_output(rank, chunk):
-            seq.append((-2, t["output.backward"], "backward", params["output"]))
-        for pos in reversed(range(len(layers))):
-            rerun = layout.recomputes(pos)
-            if rerun:
-                seq.append((layers[pos], t["layer.recompute" if rerun == "full" else "layer.selective"], "recompute",
-                            0.0))
-            seq.append((layers[pos], t["layer.backward"], "backward", per_layer))
-        if layout.has_embedding(rank, chunk):
-            seq.append((-1, t["embedding.backward"], "backward", params["embedding"]))
+    grads = {-1: params["embedding"], -2: params["output"]}
     parts, at = [], 0.0
     breakdown = {k: 0.0 for k in PHASES + ("tp", "cp", "interference")}
-    for layer, tpl, ph, p in seq:
+    for layer, program, ph in layout.pass_parts(rank, chunk, phase):
+        tpl = t[program]
+        p = grads.get(layer, per_layer) if ph == "backward" else 0.0
         parts.append(Part(layer, tpl, ph, p, at))
         at += tpl.duration
         breakdown[ph] += tpl.compute

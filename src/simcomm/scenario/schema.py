@@ -127,7 +127,8 @@ class DimsCluster(Base):
             raise ValueError("expected Switch as the second (across nodes) dimension")
         if math.prod(self.npus_count) > MAX_RANKS:
             raise ValueError(f"expected at most {MAX_RANKS} NPUs in all, got {math.prod(self.npus_count)}")
-        limit = 128 if self.topology[0] == "Ring" else MAX_RANKS_PER_NODE  # routes inside a node: every pair
+        # a ring's routes grow with its length, a full mesh has a link per pair
+        limit = {"Ring": 128, "FullyConnected": 512}.get(self.topology[0], MAX_RANKS_PER_NODE)
         if self.npus_count[0] > limit:
             raise ValueError(f"expected at most {limit} NPUs in the first dimension of a {self.topology[0]}, "
                              f"got {self.npus_count[0]}")

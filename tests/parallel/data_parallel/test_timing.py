@@ -45,4 +45,4 @@ def test_each_policy_issues_its_schemes_collectives(zero, phases):
                                                 memory_reserved=0), cluster.num_ranks)
     res = StepModel(layout, cluster).run()
     dp = {a.tags["phase"] for a in res.simulation.recorder.activities() if a.tags.get("axis") == "dp"}
-    assert dp == phases and res.breakdown["dp"] > 0
+    assert dp == phases | {"loss"} and res.breakdown["dp"] > 0  # and each micro-batch's loss (step_collectives)

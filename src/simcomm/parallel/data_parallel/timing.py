@@ -5,7 +5,7 @@ The step (step_cost.py) and its pipeline stages (pipeline_parallel/timing.py) ca
 - `start()`                         at the step's start, before any stage runs;
 - `on_backward(rank, action, pass)` as a backward pass starts (the reductions its gradients trigger);
 - `before_pass(rank, action, pass)` for what each part of a pass must wait for ({part index: events});
-- `after_part(rank, action, part, start)` once a part's kernels have run;
+- `after_part(rank, action, part, end)`   once a part's kernels have run (`end`: when they did);
 - `end(rank)`                       after the stage's last pass: the operations to wait for before the optimizer;
 - `after_optimizer(rank)`           after the optimizer: the operations the step still waits for.
 
@@ -19,16 +19,18 @@ bucket_size parameters (one bucket per chunk when it is None).
 - the distributed optimizer (ZeRO-1): reduce-scattered instead; parameters all-gathered at the step's start beside
   the first forwards, each bucket's layers waiting for it (overlap_param_gather), or after the optimizer.
 - ZeRO-2: as ZeRO-1, but every micro-batch's gradients are reduce-scattered (none are kept whole).
-- ZeRO-3 / FSDP: each unit's parameters gathered before every forward and backward that uses it (all of a pass's
-  gathers issued at its start, so each runs as early as the stream allows; a recomputed layer's gather serves its
-  backward too), its gradients reduce-scattered as its backward ends.
+- ZeRO-3 / FSDP: each unit's parameters gathered before the forward, recomputation and backward that use it
+  unless still held, each gather issued when the compute reaches the unit its prefetch depth before it, its
+  gradients reduce-scattered as its backward ends, the framework's way (gathering.py).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ..model.memory import stage_parameters
 from ..pipeline_parallel.schedules import FORWARD
+from .gathering import gathering, pass_uses
 from .sharding import Sharding, sharding
 
 
@@ -64,6 +66,7 @@ class DataParallelTiming:
 
     def __init__(self, layout, traffic, passes: dict, representatives: list[int]):
         self.layout, self.cfg, self.traffic = layout, layout.config, traffic
+        self.passes = passes
         self.sim = traffic.s.sim
         dims, pp = layout.dims, layout.dims.pp
         self.groups = [[dims.ranks(pp=r, tp=t).reshape(-1) for t in representatives] for r in range(pp)]
@@ -82,7 +85,7 @@ class DataParallelTiming:
     def before_pass(self, rank: int, action, pass_) -> dict[int, list]:
         return {}
 
-    def after_part(self, rank: int, action, part, start: float) -> None:
+    def after_part(self, rank: int, action, part, end: float) -> None:
         pass
 
     def end(self, rank: int) -> list:
@@ -181,37 +184,122 @@ class Zero2Timing(DistributedOptimizerTiming):
 
 
 class Zero3Timing(DataParallelTiming):
-    """ZeRO-3 / FSDP: each unit's parameters gathered before every pass that uses it, gradients reduce-scattered
-    as each unit's backward ends."""
+    """ZeRO-3 / FSDP as the layout's framework runs it (gathering.py): each unit's parameters gathered before the
+    uses that need them (forward, recomputation, backward), each gather issued when the compute reaches the use it
+    is prefetched from, gradients reduce-scattered as each unit's backward ends, all on the data-parallel stream.
+    Counts its gathers by phase (`gathers`) and the most parameters it had gathered at once (`peak_gathered`)."""
 
     sharding = sharding(3)
     gradient_collective = "reduce_scatter"
     acts_after_parts = True
 
-    def before_pass(self, rank: int, action, pass_) -> dict[int, list]:
-        cut: dict[int, list] = {}
-        params = stage_parameters(self.layout, rank)
-        parts, prev = pass_.parts, None
-        for i, x in enumerate(parts):
-            if x.phase == "recompute" and i + 1 < len(parts) and parts[i + 1].layer == x.layer:
-                n = 0.0  # the layer's backward right after shares this gather
-            else:
-                n = params["embedding"] if x.layer == -1 else params["output"] if x.layer == -2 else \
-                    self.layout.layer_params
-            if n:
-                prev = self.collective(rank, "all_gather", self.cfg.param_bytes, n, [],
-                                       {"chunk": action.chunk, "layer": x.layer, "microbatch": action.microbatch,
-                                        "phase": "param_gather"})
-                cut[i] = prev
-            elif prev is not None:
-                cut.setdefault(i, prev)
-        return cut
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.g = gathering(self.cfg)
+        self.held: dict = {}  # (rank, chunk) -> units gathered and not freed
+        self.last_backward = [True] * self.layout.dims.pp
+        self.reducing: dict = {}  # rank -> parameters whose gradients wait for a reduce-scatter
+        self.pass_of: dict = {}  # rank -> (pass, its uses)
+        self.gathers: Counter = Counter()  # phase of the use -> gathers issued (per simulated GPU)
+        self.live = [0.0] * self.layout.dims.pp
+        self.peak_gathered = 0.0
+        self._fractions: dict = {}
 
-    def after_part(self, rank: int, action, part, start: float) -> None:
-        if action.phase != FORWARD and part.params:
-            self.collective(rank, "reduce_scatter", self.cfg.grad_bytes, part.params,
-                            [self.sim.at(start + part.template.duration)],
+    def on_backward(self, rank: int, action, pass_, last: bool) -> None:
+        self.last_backward[rank] = last
+
+    def uses(self, rank: int, chunk: int, phase: str) -> list:
+        """The uses of units in a pass ('F' or 'B'), in compute order, at their positions."""
+        p = self.passes[(rank, chunk, phase)]
+        return pass_uses(self.g, self.layout, rank, chunk, phase, stage_parameters(self.layout, rank),
+                         lambda i: self._module_fractions(p.parts[i]))
+
+    def _module_fractions(self, part) -> dict | None:
+        """Where in a layer's template each module's kernels start (DeepSpeed's hooks fire there)."""
+        if part.layer < 0:
+            return None
+        tpl = part.template
+        got = self._fractions.get(tpl.name)
+        if got is None:
+            got = {}
+            for seg in tpl.segments:
+                if seg.stream == "compute":
+                    got.setdefault(seg.name.split(".")[0], seg.start / tpl.duration if tpl.duration else 0.0)
+            self._fractions[tpl.name] = got
+        return got
+
+    def before_pass(self, rank: int, action, pass_) -> dict:
+        key, backward = (rank, action.chunk), action.phase != FORWARD
+        uses = self.uses(rank, action.chunk, "B" if backward else "F")
+        following = self._following(rank, action) if self.g.reuse_distance is not None else []
+        last = self.last_backward[rank] if backward else True
+        gathers, frees, self.held[key] = self.g.plan(uses, following, self.held.get(key, frozenset()), last)
+        release = self.g.release(uses, gathers)
+        issue: dict[int, list[int]] = {}
+        for k, r in enumerate(release):
+            if gathers[k]:
+                issue.setdefault(r, []).append(k)
+        done: dict[int, list] = {}
+        freed = [False] * len(uses)
+        self.pass_of[rank] = (pass_, uses, frees, freed, backward and (last or self.g.sync_each_microbatch))
+        at: dict[float, list[int]] = {}
+        for k, u in enumerate(uses):
+            at.setdefault(u.position, []).append(k)
+
+        def reach(indices):
+            def go():
+                first = indices[0]
+                for k in range(first):  # uses before this position are over: free what they free
+                    if frees[k] and not freed[k]:
+                        freed[k] = True
+                        self.live[rank] -= uses[k].params
+                for j in indices:
+                    for k in issue.get(j, ()):
+                        u = uses[k]
+                        self.gathers[u.phase] += 1
+                        self.live[rank] += u.params
+                        done[k] = self.collective(rank, "all_gather", self.cfg.param_bytes, u.params, [],
+                                                  {"chunk": action.chunk, "layer": u.unit[0], "module": u.unit[1],
+                                                   "microbatch": action.microbatch, "phase": "param_gather",
+                                                   "use": u.phase})
+                self.peak_gathered = max(self.peak_gathered, self.live[rank])
+                return [op for k in indices for op in done.get(k, ())]
+            return go
+        return {pos: reach(indices) for pos, indices in at.items()}
+
+    def _following(self, rank: int, action) -> list:
+        """The uses of the rank's next pass (DeepSpeed's reuse distance looks past this one)."""
+        actions = self.layout.schedule[rank]
+        i = actions.index(action)
+        if i + 1 == len(actions):
+            return []
+        nxt = actions[i + 1]
+        return self.uses(rank, nxt.chunk, "F" if nxt.phase == FORWARD else "B")
+
+    def after_part(self, rank: int, action, part, end: float) -> None:
+        pass_, uses, frees, freed, reduce = self.pass_of[rank]
+        last = part is pass_.parts[-1]
+        if last:  # the pass is over: what its last uses free
+            for k, u in enumerate(uses):
+                if frees[k] and not freed[k]:
+                    freed[k] = True
+                    self.live[rank] -= u.params
+        if not reduce or not part.params:
+            return
+        pending, bucket = self.reducing.get(rank, 0.0) + part.params, self.g.reduce_bucket
+        sizes = []
+        if bucket is None:
+            sizes, pending = [pending], 0.0
+        while bucket is not None and pending >= bucket:
+            sizes.append(bucket)
+            pending -= bucket
+        if pending > 0 and (last or not any(x.params for x in pass_.parts[pass_.parts.index(part) + 1:])):
+            sizes.append(pending)
+            pending = 0.0
+        for n in sizes:
+            self.collective(rank, "reduce_scatter", self.cfg.grad_bytes, n, [self.sim.at(end)],
                             {"chunk": action.chunk, "layer": part.layer, "phase": "grad_reduce_scatter"})
+        self.reducing[rank] = pending
 
     def end(self, rank: int) -> list:
         return [op for op in self.last[rank] if op is not None]

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 from ...errors import OutOfMemoryError
 from ...units import format_size
+from ..data_parallel.gathering import gathering, pass_uses
 from ..data_parallel.sharding import sharding
 from ..pipeline_parallel.schedules import FORWARD
 from .flops import embedding_params
@@ -138,9 +139,24 @@ def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
     if rank == layout.dims.pp - 1:
         out["logits"] = shape.tokens * c.padded_vocab_size / shape.tp * (shape.elem + 4)
     if layout.sharding.weights:
-        # the unit in use and the prefetched one
-        out["zero3_gathered_parameters"] = 2 * layout.layer_params * cfg.param_bytes
+        out["zero3_gathered_parameters"] = zero3_gathered_parameters(layout, rank) * cfg.param_bytes
+        if not gathering(cfg).sync_each_microbatch:  # torchtitan under PP: gradients kept whole until the last
+            out["zero3_unsharded_gradients"] = sum(stage_parameters(layout, rank).values()) * cfg.param_bytes
     return out
+
+
+def zero3_gathered_parameters(layout, rank: int) -> float:
+    """The most parameters ZeRO-3 / FSDP holds gathered at once on a GPU of pipeline rank `rank`, the layout's
+    framework's way (data_parallel/gathering.py): per model chunk, the units in use, prefetched and kept over its
+    forward and backward, plus what the other chunks' forwards keep gathered."""
+    g, params = gathering(layout.config), stage_parameters(layout, rank)
+    walks, kept = [], []
+    for c in range(layout.chunks):
+        f, b = (pass_uses(g, layout, rank, c, ph, params) for ph in "FB")
+        walks.append(g.peak_gathered([f, b]))
+        held = g.plan(f, b)[2]
+        kept.append(sum({u.unit: u.params for u in f if u.unit in held}.values()))
+    return max(w + sum(kept) - k for w, k in zip(walks, kept))
 
 
 _IN_FLIGHT: dict = {}

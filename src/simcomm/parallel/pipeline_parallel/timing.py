@@ -4,12 +4,25 @@ A forward (backward) waits for its activation (gradient) from the neighbouring v
 the compute stream (Session.compute, tagged), cut where a part must wait for its parameters, and sends its output
 over the real network (blocking, as Megatron-LM's p2p is, unless overlap_p2p_comm). Each StageTiming owns its time
 breakdown (step_result.CATEGORIES): the kernels of its passes (forward, backward, recompute, and the TP and CP
-communication they leave exposed, and how much longer they took for sharing the GPU: interference), pp (a blocking send in flight, or waiting for an activation or gradient
-already on the wire), dp (waiting for parameters), bubble (waiting for work not yet produced); the step adds
-what follows the schedule (step_cost.py). Not modelled: the rendezvous of NCCL p2p (a send starts when its data
-is ready).
+communication they leave exposed, and how much longer they took for sharing the GPU: interference), pp (a blocking
+send in flight or waiting for its receiver, or waiting for an activation or gradient already on the wire), dp
+(waiting for parameters; the last stage's per-micro-batch loss all-reduce), bubble (waiting for work not yet
+produced); the step adds what follows the schedule (step_cost.py).
+
+What a send pays besides its bytes:
+- the NCCL rendezvous (p2p_rendezvous): a send's transfer starts only once the receiver has posted the matching
+  receive, where Megatron's schedules post it: batched with the receiver's previous send (send_forward_recv_backward
+  and the like) when the receiver's previous action is of the other phase, or in the interleaved schedule; when
+  the receiver has finished its previous send otherwise (1F1B's warm-up and cool-down); one action ahead with
+  overlap_p2p_comm (and for the interleaved schedule's backwards, posted with the iteration's forward's).
+- Megatron's scatter/gather (scatter_gather_tensors_in_pipeline, without sequence parallelism): each TP rank sends
+  1/t of the activation and the receiving stage all-gathers it over its TP group before using it.
+- on the last stage, Megatron's loss_func averages each micro-batch's loss over the data-parallel group (a blocking
+  4-byte all-reduce between the forward and the backward; step_collectives).
 """
 from __future__ import annotations
+
+import math
 
 from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
@@ -27,6 +40,7 @@ class Pipeline:
         dims = layout.dims
         self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
         self.arrivals: dict = {}  # (phase, microbatch, virtual stage) -> [event, time its transfer started]
+        self.posted: dict = {}  # (phase, microbatch, virtual stage) -> event: its receive is posted
         self.instances: list = []  # (rank, action, pass, part start times), in the order the passes ended
         self._mixes: dict = {}
         self.stages = [StageTiming(self, r) for r in range(dims.pp)]
@@ -35,6 +49,12 @@ class Pipeline:
         if key not in self.arrivals:
             self.arrivals[key] = [self.env.event(), None]
         return self.arrivals[key]
+
+    def post(self, key):
+        """The event of the receive of `key` being posted (the rendezvous a send waits for)."""
+        if key not in self.posted:
+            self.posted[key] = self.env.event()
+        return self.posted[key]
 
     def mix(self, p, i: int, j: int) -> Mix | None:
         """What parts i..j-1 of pass p are made of (their templates' kernels and idle waits), for the engine to
@@ -71,30 +91,80 @@ class StageTiming:
 
     def schedule(self):
         """Every action of the rank's schedule, in order."""
-        layout, dp = self.p.layout, self.p.dp
-        last_vs = layout.virtual_stages - 1
-        for i, a in enumerate(layout.schedule[self.rank]):
+        layout = self.p.layout
+        cfg = layout.config
+        actions = layout.schedule[self.rank]
+        interleaved, deferred = layout.chunks > 1, []
+        lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
+        steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
+        for i, a in enumerate(actions):
             forward = a.phase == FORWARD
-            vs = a.chunk * layout.dims.pp + self.rank
-            deps = []
-            if forward and vs > 0:
-                deps.append(self.p.arrival(("F", a.microbatch, vs)))
-            if not forward and vs < last_vs:
-                deps.append(self.p.arrival(("B", a.microbatch, vs)))
-            yield from self._wait(deps)
+            key = self._receives(a)
+            if key is not None:
+                self._post(key)  # a blocking recv of its own, unless posted with an earlier action
+            when, ahead = _posted_with(actions, i, interleaved, cfg.overlap_p2p_comm)
+            ahead = [k for k in map(self._receives, ahead) if k is not None]
+            yield from self._wait([self.p.arrival(key)] if key is not None else [])
             p = self.p.passes[(self.rank, a.chunk, "F" if forward else "B")]
             tags = {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk,
                     "phase": "forward" if forward else "backward"}
             if not forward:
-                dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
+                self.p.dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
+            if when == "start":
+                self._post(*ahead)
             yield from self._run_pass(a, p, tags)
-            nxt = vs + 1 if forward else vs - 1
-            if 0 <= nxt <= last_vs:
-                op = self._send(("F" if forward else "B", a.microbatch, nxt), tags)
-                if not layout.config.overlap_p2p_comm:  # Megatron's p2p blocks the sender
-                    t = self.env.now
-                    yield op
-                    self.acc["pp"] += self.env.now - t
+            if forward and self._vs(a) == layout.virtual_stages - 1:
+                yield from self._loss_all_reduce(tags)
+            if when == "end":
+                self._post(*ahead)
+            dst = self._vs(a) + 1 if forward else self._vs(a) - 1
+            sends = deferred + ([(("F" if forward else "B", a.microbatch, dst), tags)]
+                                if 0 <= dst < layout.virtual_stages else [])
+            deferred = []
+            if cfg.p2p_rendezvous and interleaved and steady and not cfg.overlap_p2p_comm and forward and \
+                    i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
+                deferred, sends = sends, []  # a steady iteration's exchange follows its backward
+            yield from self._exchange(sends)
+
+    def _exchange(self, sends):
+        """Send each (arrival key, tags); Megatron's p2p blocks the sender until they are through (unless
+        overlap_p2p_comm): waiting for the receivers to post is bubble, the transfers pp."""
+        ops = [self._send(k, t) for k, t in sends]
+        if not ops or self.p.layout.config.overlap_p2p_comm:
+            return
+        t = self.env.now
+        yield self.env.all_of(ops)
+        began = max(self.p.arrival(k)[1] for k, _ in sends)
+        waited = max(0.0, min(began, self.env.now) - t)
+        self.acc["bubble"] += waited
+        self.acc["pp"] += self.env.now - t - waited
+
+    def _vs(self, a) -> int:
+        return a.chunk * self.p.layout.dims.pp + self.rank
+
+    def _receives(self, a):
+        """The arrival an action waits for: (phase, microbatch, virtual stage), or None."""
+        vs = self._vs(a)
+        if a.phase == FORWARD:
+            return ("F", a.microbatch, vs) if vs > 0 else None
+        return ("B", a.microbatch, vs) if vs < self.p.layout.virtual_stages - 1 else None
+
+    def _post(self, *keys) -> None:
+        for key in keys:
+            ev = self.p.post(key)
+            if not ev.triggered:
+                ev.succeed(self.env.now)
+
+    def _loss_all_reduce(self, tags):
+        """Megatron's loss_func: the micro-batch's loss averaged over the data-parallel group (for logging; it
+        blocks the last stage between its forward and backward)."""
+        if not self.p.layout.config.step_collectives or self.p.layout.dims.dp * self.p.layout.dims.cp < 2:
+            return
+        t = self.env.now
+        yield self.env.all_of([self.p.traffic.collective("all_reduce", g, 4, "float32",
+                                                         tags={"axis": "dp", **tags, "phase": "loss"})
+                               for g in self.p.dp.groups[self.rank]])
+        self.acc["dp"] += self.env.now - t
 
     def _wait(self, deps):
         """Wait for the inputs of an action; split the wait into pipeline communication and bubble."""
@@ -111,41 +181,113 @@ class StageTiming:
             self.acc["bubble"] += (t_a - t_w) - comm
 
     def _run_pass(self, a, p, tags):
-        """The pass on the compute stream, cut where a part must wait for its parameters."""
+        """The pass on the compute stream, cut where a part must wait for its parameters. The policy's cuts are
+        positions in the pass (a part's index, or index + fraction within it) mapped to the events to wait for
+        there, or to a function called when the compute reaches that position that returns them (it may issue
+        communication then: a prefetch)."""
         env, dp = self.env, self.p.dp
         cut = dp.before_pass(self.rank, a, p)
-        i, starts = 0, []
-        while i < len(p.parts):
-            dep = cut.get(i)
+        n = len(p.parts)
+        bounds = sorted({0, *cut}) + [n]
+        starts = [0.0] * n
+        for x, y in zip(bounds, bounds[1:]):
+            dep = cut.get(x)
             if dep is not None:
-                t = env.now
-                yield env.all_of(dep)
-                self.acc["dp"] += env.now - t
-            j = i + 1
-            while j < len(p.parts) and j not in cut:
-                j += 1
-            secs = sum(x.template.duration for x in p.parts[i:j])
-            t0 = env.now
-            starts += [t0 + x.offset - p.parts[i].offset for x in p.parts[i:j]]
+                deps = dep() if callable(dep) else dep
+                if deps:
+                    t = env.now
+                    yield env.all_of(deps)
+                    self.acc["dp"] += env.now - t
+            if y <= x:
+                continue
+            i, j = math.floor(x), math.ceil(y)
+            secs = _span(p, x, y)
+            t0, origin = env.now, _at(p, x)
+            for k in range(math.ceil(x), j):
+                starts[k] = t0 + p.parts[k].offset - origin
             yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a),
                                        kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
-            self.acc["interference"] += (env.now - t0) - secs  # slowed by communication beside it
+            took = env.now - t0
+            self.acc["interference"] += took - secs  # slowed by communication beside it
             if self.after_part is not None:
-                for x, s in zip(p.parts[i:j], starts[i:j]):
-                    self.after_part(self.rank, a, x, s)
-            i = j
+                scale = took / secs if secs > 0 else 1.0
+                for k in range(i, math.floor(y)):
+                    x_part = p.parts[k]
+                    self.after_part(self.rank, a, x_part, t0 + (x_part.offset + x_part.template.duration - origin)
+                                    * scale)
         for k, v in p.breakdown.items():
             self.acc[k] += v
         self.p.instances.append((self.rank, a, p, starts))
 
     def _send(self, key, tags):
-        """The pass's output to the next virtual stage (its previous one for a gradient), arriving at `key`."""
-        op = self.p.traffic.send(self.ranks, self.p.ranks[key[2] % self.p.layout.dims.pp], self.p.activation_bytes,
+        """The pass's output to the next virtual stage (its previous one for a gradient), arriving at `key`: after
+        the receive is posted (p2p_rendezvous), 1/t of it per TP rank then all-gathered over the receiver's TP
+        groups (scatter_gather_tensors_in_pipeline), else the whole of it from every TP rank."""
+        layout, env = self.p.layout, self.env
+        cfg, dims = layout.config, layout.dims
+        dst = key[2] % dims.pp
+        scatter = cfg.scatter_gather_tensors_in_pipeline and dims.tp > 1 and not cfg.sp
+        nbytes = self.p.activation_bytes / (dims.tp if scatter else 1)
+        posted = self.p.post(key) if cfg.p2p_rendezvous else None
+        op = self.p.traffic.send(self.ranks, self.p.ranks[dst], nbytes, after=[posted] if posted else (),
                                  tags={"axis": "pp", **tags})
         slot = self.p.arrival(key)
-        slot[1] = self.env.now
-        op.callbacks.append(lambda _e, ev=slot[0]: ev.succeed())
+        slot[1] = env.now  # when the transfer starts: now, or once the receive is posted
+        if posted is not None and not posted.triggered:
+            posted.callbacks.append(lambda _e: slot.__setitem__(1, env.now))
+        done = op
+        if scatter:
+            groups = [dims.ranks(pp=dst, dp=0, cp=c).reshape(-1) for c in range(dims.cp)]
+            done = env.all_of([self.p.traffic.collective("all_gather", g, self.p.activation_bytes, cfg.act_dtype,
+                                                         after=[op], tags={"axis": "tp", **tags,
+                                                                           "phase": "pp_gather"})
+                               for g in groups])
+        done.callbacks.append(lambda _e, ev=slot[0]: ev.succeed())
         return op
+
+
+def _posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
+    """The receives a rank posts around action i's pass, as Megatron's schedules do: ('start', next actions) with
+    overlap_p2p_comm (asynchronous receives posted before the compute); ('end', next actions) when they are batched
+    with action i's send (send_forward_recv_backward and the like; in the interleaved schedule every exchange is
+    batched, and the one after a backward, or after the last warm-up forward, also receives the next backward's
+    gradient); ('wait', []) when the next receive is a blocking call of its own after the send (1F1B's warm-up and
+    cool-down)."""
+    nxt = list(actions[i + 1:i + 3])
+    if not nxt:
+        return "wait", []
+    if interleaved and len(nxt) == 2 and nxt[0].phase == FORWARD and nxt[1].phase != FORWARD:
+        ahead = nxt
+    else:
+        ahead = nxt[:1]
+    if overlap:
+        return "start", ahead
+    if interleaved or actions[i].phase != nxt[0].phase:
+        return "end", ahead
+    return "wait", []
+
+
+def _at(p, x) -> float:
+    """Offset in pass p of position x (a part's index, or index + fraction of that part)."""
+    i = math.floor(x)
+    if i >= len(p.parts):
+        return p.duration
+    part = p.parts[i]
+    return part.offset + (x - i) * part.template.duration if x != i else part.offset
+
+
+def _span(p, x, y) -> float:
+    """Seconds of pass p from position x to y (whole parts summed as they are, so a pass cut at parts only
+    costs what its parts add up to)."""
+    i, j = math.ceil(x), math.floor(y)
+    whole = sum(part.template.duration for part in p.parts[i:j]) if j > i else 0.0
+    if x == i and y == j:
+        return whole
+    if j < i:  # within one part
+        return (y - x) * p.parts[j].template.duration
+    head = (i - x) * p.parts[i - 1].template.duration if x != i else 0.0
+    tail = (y - j) * p.parts[j].template.duration if y != j else 0.0
+    return head + whole + tail
 
 
 def _label(a) -> str:
