@@ -125,3 +125,9 @@ def test_a_failed_process_says_why_in_one_line():
     assert quiet.failure == "exit code 4"
     slow = run_process([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
     assert slow.timed_out and slow.failure == "timed out after 0.5 s"
+
+
+def test_perf_cli_case_runs_the_command_line_in_a_process(capsys):
+    assert bench.main(["perf-cli", "--json", "--in-process"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["sizes"] == 31 and row["sim_seconds"] > 0 and "target_met" in row

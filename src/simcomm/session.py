@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 import numpy as np
 import simpy
@@ -103,6 +103,9 @@ def as_dtype(dtype) -> tuple[np.dtype, str]:
 def _check_amount(name: str, value, ranks: int | None = None, limit: float = math.inf) -> np.ndarray:
     """`value` (a number, a size string, or one per rank of a group of `ranks`; ranks=0: a number only) as floats,
     each finite, >= 0 and <= limit; a SimcommError naming `name` otherwise."""
+    if (type(value) is float and math.isfinite(value) or type(value) is int and value < 1 << 53) \
+            and 0 <= value <= limit:  # the common case, checked without numpy (the same outcome)
+        return np.asarray(value, dtype=np.float64)
     if isinstance(value, str):
         value = parse_size(value, name)
     try:
@@ -265,8 +268,8 @@ class Session:
         and the offending rank otherwise."""
         n = self.cluster.num_ranks
         try:
-            raw = np.atleast_1d(np.asarray(list(ranks) if isinstance(ranks, Iterable) and not isinstance(
-                ranks, np.ndarray) else ranks))
+            raw = np.atleast_1d(np.asarray(list(ranks) if not isinstance(ranks, np.ndarray) and isinstance(
+                ranks, Iterable) else ranks))
         except ValueError:  # a ragged list
             raw = None
         if raw is None or (raw.size and (raw.ndim != 1 or raw.dtype.kind not in "iu")):
@@ -284,7 +287,7 @@ class Session:
     def _after(self, what: str, after) -> list:
         """`after` as a list of this Session's events (Ops, all_of, timeouts); a SimcommError naming the call
         otherwise."""
-        if after is None:
+        if after is None or (type(after) is tuple and not after):
             return []
         if isinstance(after, simpy.Event) or not isinstance(after, Iterable) or isinstance(after, (str, bytes)):
             raise SimcommError(f"{what}: after must be a list of operations (events of this Session), got "

@@ -100,6 +100,43 @@ def test_a_1f1b_compute_bound_is_the_schedule_makespan_of_uniform_passes():
     assert search.compute_bound(layout, lambda r, c, ph: 1.0 if ph == "F" else 2.0, 0.5) == (8 + 4 - 1) * 3 + 0.5
 
 
+def test_the_plan_ranks_the_configs_own_layout_and_each_row_without_interference():
+    cluster = build_cluster("hgx-h100", nodes=2)
+    model = model_preset("llama3-8b", num_layers=8)
+    base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=4, pipeline_model_parallel_size=2,
+                          sequence_parallel=True)
+    space = search.SearchSpace(tp=(4, 8), micro_batch_size=(1,), recompute=(None,), schedules=("1f1b",))
+    res = search.plan(model, base, cluster, space, jobs=1, simulate_at_least=2, max_simulate=4, own=True, alone=2)
+    from simcomm.parallel import build_layout
+    own = StepModel(build_layout(model, base, 16), cluster).run().step_time
+    assert res.own["step_time"] == pytest.approx(own, rel=1e-12) and res.own["layout"].startswith("tp4 pp2")
+    best = res.rows[0]
+    cand = search.Candidate(best["tp"], best["pp"], best["cp"], best["mbs"], best["schedule"], best["v"],
+                            best["zero"], None)
+    alone = StepModel(build_layout(model, cand.config(base), 16), cluster, interference=False).run().step_time
+    assert best["step_time_alone"] == pytest.approx(alone, rel=1e-12) and alone <= best["step_time"]
+    assert sum("step_time_alone" in r for r in res.rows) == 2
+
+
+def test_the_plan_lays_out_the_configs_world_size_only():
+    cluster = build_cluster("hgx-h100", nodes=2)
+    model = model_preset("llama3-8b", num_layers=8)
+    base = TrainingConfig(global_batch_size=16, world_size=8)
+    space = search.SearchSpace(micro_batch_size=(1,), recompute=(None,), schedules=("1f1b",), zero=(0,))
+    res = search.plan(model, base, cluster, space, jobs=1, simulate_at_least=1, max_simulate=2)
+    assert {r["tp"] * r["pp"] * r["cp"] * r["dp"] for r in res.rows if "dp" in r} == {8}
+    with pytest.raises(search.ConfigError, match="world_size 32"):
+        search.plan(model, TrainingConfig(global_batch_size=16, world_size=32), cluster, space, jobs=1)
+
+
+def test_a_step_of_too_many_passes_is_refused_naming_the_batch():
+    from simcomm.parallel import build_layout
+    from simcomm.parallel.config import ConfigError
+    with pytest.raises(ConfigError, match=r"global_batch_size \(100,000,000\) makes") as exc:
+        build_layout(model_preset("llama3-8b", num_layers=8), TrainingConfig(global_batch_size=100_000_000), 16)
+    assert exc.value.field == "global_batch_size"
+
+
 def test_a_plan_on_ray_is_the_local_plan(planned, fake_ray):
     """simcomm plan --ray: the same layouts, bounds and step times as local workers (the Ray stand-in runs the
     tasks on fresh worker processes, each set up once with the cluster and the model)."""

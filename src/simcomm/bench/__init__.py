@@ -31,6 +31,8 @@ Cases:
                           search space); target: at least 500 layouts in under 60 s wall on 2 cores
   plan-llama3-405b-16384  `simcomm plan` of scenarios/llama3-405b-h100-16384.yaml on 2 worker processes, every
                           layout of the default search space; target (issue 22): under 60 s wall on 2 cores
+  perf-cli        `simcomm perf -b 8 -e 8G -f 2 -g 8` (nccl-tests' whole all_reduce table on 8 H100s) as a process of
+                  its own, interpreter start and imports included; target: under 2 s wall
 Cases with a target report it (`target`) and whether this run met it (`target_met`). Every row also gives the case's
 CPU seconds (`cpu_seconds`: user and system, this process and the children it waited for), which a machine shared
 with other work stretches far less than the wall time.
@@ -229,6 +231,16 @@ def bench_plan(case: str, jobs: int = 2) -> dict:
             "best": best["layout"], "sim_seconds": best["step_time"]}
 
 
+def bench_perf_cli() -> dict:
+    """nccl-tests' command line as users type it, in a process of its own: the rows it printed."""
+    argv = ["perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
+    done = run_process([sys.executable, "-m", "simcomm", *argv], timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"simcomm {' '.join(argv)}: {done.failure}")
+    table = [line.split() for line in done.out.splitlines() if line.strip() and not line.startswith("#")]
+    return {"sizes": len(table), "sim_seconds": float(table[-1][5]) * 1e-6}  # the largest size's time (us)
+
+
 # The 16,384-GPU 405B layout searched (its scenario's), and stepped with dp 1,024 on 131,072 GPUs (16 sequences per
 # data-parallel group, as on 16,384).
 STEP_CASES["plan-llama3-405b-16384"] = STEP_CASES["step-llama3-405b-16384"]
@@ -252,6 +264,7 @@ CASES = {
     "train-data-16": lambda: bench_training(size_only=False),
     **{case: (lambda case=case: bench_step(case)) for case in STEP_CASES if case.startswith("step-")},
     **{case: (lambda case=case: bench_plan(case)) for case in STEP_CASES if case.startswith("plan-")},
+    "perf-cli": bench_perf_cli,
 }
 DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allreduce-ring-1024",
            "allreduce-hierarchical-1024", "allreduce-ring-4096", "allreduce-tree-4096",
@@ -260,7 +273,7 @@ DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allre
            "rankprog-256", "rankprog-sizeonly-16384", "build-cpu-host-4096", "launch-cpu-host-4000", "train-64",
            "step-gpt3-175b-1024", "step-llama3-405b-16384", "step-llama3-405b-131072", "step-mixtral-8x7b-64",
            "step-deepseek-v3-2048", "plan-llama3-70b-1024",
-           "plan-llama3-405b-16384"]
+           "plan-llama3-405b-16384", "perf-cli"]
 
 
 # The issues' speed targets: (what, whether a row meets it). Reported, never asserted in unit tests.
@@ -283,6 +296,7 @@ TARGETS = {
     "plan-llama3-70b-1024": (">= 500 layouts, < 60 s wall on 2 cores",
                              lambda r: r["layouts"] >= 500 and r["wall_seconds"] < 60),
     "plan-llama3-405b-16384": ("< 60 s wall on 2 cores", lambda r: r["wall_seconds"] < 60),
+    "perf-cli": ("31 sizes, < 2 s wall with interpreter start", lambda r: r["sizes"] == 31 and r["wall_seconds"] < 2),
 }
 
 

@@ -76,6 +76,12 @@ def _interp(x: float, xs: list, ys: list) -> float:
 SPREAD_MIX = Mix([1.0], [SPREAD_KERNEL])  # work of unknown shape
 
 
+def _alike(values: np.ndarray) -> bool:
+    """Whether every entry equals the first (a group's few ranks: a list's count beats numpy's reductions)."""
+    v = values.tolist()
+    return v.count(v[0]) == len(v)
+
+
 @lru_cache(maxsize=65536)
 def _slowdown(kernel: Kernel, held: int, margin: int, sms: int, hbm: float) -> float:
     return slowdown(kernel, held, margin, sms, hbm)
@@ -129,6 +135,7 @@ class ComputeQueue(DeviceQueue):
         self._delta_margin = np.zeros(num_ranks, dtype=np.int64)
         self._cursor = np.zeros(num_ranks)
         self._order = 0
+        self._holdings: dict = {}  # (ranks, SMs) as occupy() gets them -> holding()'s (read-only) arrays
         self.stats = {"compute_jobs": 0, "rerated_jobs": 0}
 
     # ---- compute -----------------------------------------------------------------------------------------
@@ -188,7 +195,14 @@ class ComputeQueue(DeviceQueue):
         the SMs left (userbuffers' SM margin). None (nothing to release) without sharing or SMs."""
         if not self.sharing:
             return None
-        return self.hold(*holding(ranks, sms), margin)
+        ranks = np.asarray(ranks, dtype=np.int64).reshape(-1)
+        key = (ranks.tobytes(), np.asarray(sms, dtype=np.int64).tobytes(), np.ndim(sms))
+        got = self._holdings.get(key)  # a step replays the same collectives on the same groups again and again
+        if got is None:
+            if len(self._holdings) >= 4096:
+                self._holdings.clear()
+            got = self._holdings[key] = holding(ranks, sms)
+        return self.hold(*got, margin)
 
     def hold(self, ranks: np.ndarray, sms, margin: bool = False) -> Callable[[], None] | None:
         """occupy() for distinct `ranks` (SMs scalar or one per rank; see `holding`)."""
@@ -213,8 +227,13 @@ class ComputeQueue(DeviceQueue):
     def _change(self, ranks: np.ndarray, held, margin) -> None:
         now = self.env.now
         self.held[ranks] += held
-        self.margin[ranks] += margin
-        busy = ranks[self.free_at[ranks] > now] if self._jobs else ranks[:0]
+        margins = not isinstance(margin, int) or margin != 0  # sends and collectives hold no SM margin
+        if margins:
+            self.margin[ranks] += margin
+        if not self._jobs:
+            return
+        computing = self.free_at[ranks] > now
+        busy = ranks[computing]
         if not len(busy):
             return
         seen: dict[int, Job] = {}
@@ -222,16 +241,19 @@ class ComputeQueue(DeviceQueue):
             for j in self._jobs.get(r, ()):
                 seen[j.order] = j
         self._mark[busy] = True
-        self._delta[ranks] = held  # what changed: the rates each rank had were those of held - delta
-        self._delta_margin[ranks] = margin
+        # what changed on the ranks re-rated (only theirs are read): they had the rates of held - delta
+        self._delta[busy] = held if np.ndim(held) == 0 else held[computing]
+        if margins:
+            self._delta_margin[busy] = margin if np.ndim(margin) == 0 else margin[computing]
         cursor = self._cursor
         cursor[busy] = now
         for key in sorted(seen):
             self._rerate(seen[key], now, cursor)
         self.free_at[busy] = cursor[busy]
         self._mark[busy] = False
-        self._delta[ranks] = 0
-        self._delta_margin[ranks] = 0
+        self._delta[busy] = 0
+        if margins:
+            self._delta_margin[busy] = 0
 
     def _rerate(self, j: Job, now: float, cursor: np.ndarray) -> None:
         """The marked ranks' progress brought up to now at the rates they had, and their new ends at the rates
@@ -268,12 +290,9 @@ class ComputeQueue(DeviceQueue):
 
     def _in_step(self, j: Job, idx: np.ndarray, ranks: np.ndarray, cursor: np.ndarray) -> bool:
         """Whether every one of these ranks stands where the first does (same start, progress, SMs and change)."""
-        return bool((j.start[idx] == j.start[idx[0]]).all() and (j.pos[idx] == j.pos[idx[0]]).all()
-                    and (j.at[idx] == j.at[idx[0]]).all() and (cursor[ranks] == cursor[ranks[0]]).all()
-                    and (self.held[ranks] == self.held[ranks[0]]).all()
-                    and (self.margin[ranks] == self.margin[ranks[0]]).all()
-                    and (self._delta[ranks] == self._delta[ranks[0]]).all()
-                    and (self._delta_margin[ranks] == self._delta_margin[ranks[0]]).all())
+        return (_alike(j.start[idx]) and _alike(j.pos[idx]) and _alike(j.at[idx]) and _alike(cursor[ranks])
+                and _alike(self.held[ranks]) and _alike(self.margin[ranks]) and _alike(self._delta[ranks])
+                and _alike(self._delta_margin[ranks]))
 
     def _rerate_one(self, j: Job, i: int, r: int, now: float, cursor: float) -> tuple[float, float, float, float]:
         """(start, at, pos, end) of rank r (position i of job j) after the change (see _rerate)."""

@@ -90,10 +90,13 @@ def userbuffers_sms(c: LayerComm) -> tuple[int, bool]:
 class TemplateRunner:
     """Runs programs on a scratch Session of `cluster`, on the groups of `stage` (an array cp x tp of global
     ranks) and, for MoE layers, on `experts` ({'ep' | 'etp': the expert groups (rows of global ranks) with a rank in
-    the stage}); `ideal`: communication costs nothing."""
+    the stage}); `ideal`: communication costs nothing; `interference`: compute and communication share the GPUs
+    (None: as the cluster's tuning says)."""
 
-    def __init__(self, cluster, cm, stage: np.ndarray, dtype: str, ideal: bool = False, experts=None):
+    def __init__(self, cluster, cm, stage: np.ndarray, dtype: str, ideal: bool = False, experts=None,
+                 interference: bool | None = None):
         self.cluster = cluster
+        self.interference = interference
         self.session = None
         self.cm = cm
         self.stage = np.asarray(stage, dtype=np.int64)
@@ -143,7 +146,7 @@ class TemplateRunner:
 
     def run(self, name: str, steps: list[LayerStep], userbuffers: bool = False) -> Template:
         """Time `steps`; userbuffers: TP communication beside compute is Transformer Engine's (tp_comm_overlap)."""
-        tpl = self._run(name, steps, userbuffers, None)
+        tpl = self._run(name, steps, userbuffers, self.interference)
         if not self.session.sim.interference or self.ideal or not any(st.comm and st.compute for st in steps):
             return tpl  # nothing ran beside anything: the same without sharing
         alone = self._run(name, steps, userbuffers, False)
@@ -206,10 +209,12 @@ class TemplateRunner:
 
 
 class TemplateCache:
-    """Templates by (local layout of the stage, program): shared by the layouts a search evaluates."""
+    """Templates by (local layout of the stage, program): shared by the layouts a search evaluates.
+    `interference`: as TemplateRunner's."""
 
-    def __init__(self, cluster):
+    def __init__(self, cluster, interference: bool | None = None):
         self.cluster = cluster
+        self.interference = interference
         self._runners: dict = {}
         self._done: dict = {}
 
@@ -226,7 +231,8 @@ class TemplateCache:
             rk = (local, stage.shape, dtype, ideal, cm.key)
             runner = self._runners.get(rk)
             if runner is None:
-                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal, experts)
+                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal, experts,
+                                                                self.interference)
             program = PROGRAMS[name](shape)
             self._done[key] = runner.run(name, program, shape.tp_comm_overlap)
         return self._done[key]

@@ -8,12 +8,13 @@ Passes, all deterministic (the result does not depend on the number of workers):
    chunks (causal load balancing) that sequence parallelism can split again by tp; pp divides the layers;
    dp = GPUs / (tp cp pp) divides the batch with the micro-batch; schedules 1F1B, GPipe, interleaved 1F1B, looped
    BFS and interleaved zero bubble with every v that divides the stage's layers, ZB-H1, ZB-H2, ZB-V, DualPipeV and
-   DualPipe where their sizes allow; ZeRO stages 0-3 (1-3 need dp x cp > 1; 3 only without pipeline
-   parallelism, as DeepSpeed and Megatron-LM; not with experts). MoE models: ep every divisor of the experts that
-   divides a stage's GPUs, etp 1 or tp (the expert grid folded onto the stage). Sequence parallelism is on
-   whenever tp > 1 (same traffic as
-   all-reduce, less memory); gradient reduction overlaps the backward, and with ZeRO 1-2 parameter gathers overlap
-   the forward.
+   DualPipe where their sizes allow; ZeRO stages 0-3 (1-3 need dp x cp > 1; not with experts); of those, the ones
+   the chosen framework runs (frameworks.py; by default every framework's but ZeRO-3 with pipeline parallelism).
+   MoE models: ep every divisor of the experts that divides a stage's GPUs, etp 1 or tp (the expert grid folded
+   onto the stage). Sequence parallelism is on whenever tp > 1 (same traffic as all-reduce, less memory); gradient
+   reduction overlaps the backward, and with ZeRO 1-2 parameter gathers overlap the forward. The world is the
+   config's world_size (every GPU of the cluster when 0); a step past layout's MAX_PIPELINE_PASSES or
+   MAX_LAYER_PASSES is refused (global_batch_size).
 2. screen, every layout: peak memory per GPU (model/memory.py) and, for the ones that fit, a compute bound of the
    step time: the schedule's critical path with compute-only passes (the kernels' seconds, no communication),
    max over ranks r of (the first forward and last backward of ranks < r) + (rank r's own passes), plus the
@@ -25,6 +26,8 @@ Passes, all deterministic (the result does not depend on the number of workers):
    kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
    stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated
    step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
+4. on request, the scenario's own layout (the base config as given) evaluated and ranked among them, and the best
+   simulated rows simulated again with interference off (how much their ranking rests on overlap).
 Workers (local processes, or Ray's: workers.RayPool) keep their layer templates and the cluster between layouts.
 """
 from __future__ import annotations
@@ -37,8 +40,9 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import OutOfMemoryError, SimcommError
 from ..workers import RayPool
-from .config import TrainingConfig
+from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
+from .frameworks import refusal
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
@@ -66,6 +70,7 @@ class SearchSpace:
     max_virtual: int = 8
     ep: tuple[int, ...] | None = None  # MoE models; None: the divisors of the experts that divide a stage's GPUs
     etp: tuple[int, ...] | None = None  # None: 1 and tp (Megatron-Core's default)
+    framework: str | None = None  # only the layouts this framework runs (frameworks.py); None: any
 
 
 @dataclass(frozen=True)
@@ -87,10 +92,18 @@ class Candidate:
                        pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
                        num_layers_per_virtual_pipeline_stage=None,
                        virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
-                       zero_stage=self.zero, use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
+                       zero_stage=self.zero, data_parallel_sharding_strategy=None,
+                       use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
                        overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
-                       recompute_method="uniform", recompute_num_layers=None, world_size=0,
+                       recompute_method="uniform", recompute_num_layers=None,
                        expert_model_parallel_size=self.ep, expert_tensor_parallel_size=self.etp)
+
+    @classmethod
+    def of(cls, layout) -> "Candidate":
+        """The candidate with a layout's sizes, schedule, ZeRO stage, recomputation and expert grid."""
+        c, d = layout.config, layout.dims
+        return cls(d.tp, d.pp, d.cp, c.micro_batch_size, layout.schedule_name, layout.chunks, c.stage,
+                   c.recompute_granularity, c.expert_model_parallel_size, c.expert_tensor_parallel_size)
 
     @property
     def label(self) -> str:
@@ -143,7 +156,8 @@ def candidates(model, base: TrainingConfig, world: int, ranks_per_node: int, spa
                     continue
                 m = base.global_batch_size // (mbs * dp)
                 for sched, zero, rc in itertools.product(space.schedules, space.zero, space.recompute):
-                    if pp == 1 and sched != "1f1b" or zero == 3 and (pp > 1 or model.is_moe) or zero and dp * cp == 1:
+                    if pp == 1 and sched != "1f1b" or zero == 3 and model.is_moe or zero and dp * cp == 1 or \
+                            refusal(space.framework, pp=pp, cp=cp, schedule=sched, zero=zero):
                         continue
                     vs = [1]
                     if SCHEDULES[sched].chunks in ("any", "many"):  # the loop schedules with virtual stages
@@ -159,12 +173,14 @@ _STATE: dict = {}
 
 
 def _init(cluster, model, base) -> None:
-    _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={})
+    _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={},
+                  ranks={}, alone=None)
 
 
-def _layout(c: Candidate):
-    model, base = _STATE["model"], _STATE["base"]
-    return build_layout(model, c.config(base), _STATE["cluster"].num_ranks)
+def _layout(c: Candidate | TrainingConfig):
+    model = _STATE["model"]
+    cfg = c if isinstance(c, TrainingConfig) else c.config(_STATE["base"])
+    return build_layout(model, cfg, _STATE["cluster"].num_ranks)
 
 
 def schedule_key(c: Candidate) -> tuple:
@@ -208,14 +224,28 @@ def compute_bound(layout, seconds, optimizer: float) -> float:
     which ranks < r then run; between, it runs every one of its passes. Holds for GPipe, 1F1B and interleaved
     1F1B (a lower bound of their makespan); exact for 1F1B with uniform stages. The other schedules end with
     weight gradients that nothing waits for, or start from both ends: `_start_bound`."""
-    if SCHEDULES[layout.schedule_name].splits_backward or layout.placement.style != "loop":
+    if _starts_bound(layout):
         return _start_bound(layout, seconds) + optimizer
-    pp, v, m = layout.dims.pp, layout.chunks, layout.microbatches
+    return _critical_path(layout.microbatches, _rank_seconds(layout, seconds)) + optimizer
+
+
+def _starts_bound(layout) -> bool:
+    """Whether the schedule's bound is `_start_bound` (split backward, or stages not placed in a loop)."""
+    return SCHEDULES[layout.schedule_name].splits_backward or layout.placement.style != "loop"
+
+
+def _rank_seconds(layout, seconds) -> tuple[tuple[float, float], ...]:
+    """Per pipeline rank: (its passes of one micro-batch, its first forward and backward of model chunk 0)."""
+    return tuple((sum(seconds(r, c, "F") + seconds(r, c, "B") for c in range(layout.chunks)),
+                  seconds(r, 0, "F") + seconds(r, 0, "B")) for r in range(layout.dims.pp))
+
+
+def _critical_path(m: int, ranks: tuple[tuple[float, float], ...]) -> float:
     edge, out = 0.0, 0.0
-    for r in range(pp):
-        out = max(out, edge + m * sum(seconds(r, c, "F") + seconds(r, c, "B") for c in range(v)))
-        edge += seconds(r, 0, "F") + seconds(r, 0, "B")
-    return out + optimizer
+    for passes, first in ranks:
+        out = max(out, edge + m * passes)
+        edge += first
+    return out
 
 
 def _start_bound(layout, seconds) -> float:
@@ -234,8 +264,12 @@ def _start_bound(layout, seconds) -> float:
 
 def screen(c: Candidate) -> dict:
     """Memory and, when it fits, the compute bound of one candidate (a row; `error` when it cannot be built)."""
-    cluster = _STATE["cluster"]
     row = {"layout": c.label, **c.__dict__, "recompute": RECOMPUTE_NAMES[c.recompute]}
+    return _screen(c, row)
+
+
+def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
+    cluster = _STATE["cluster"]
     try:
         layout = _layout(c)
     except (LayoutError, SimcommError) as exc:
@@ -250,7 +284,16 @@ def screen(c: Candidate) -> dict:
         return row
     sim = StepModel(layout, cluster, templates=_STATE["templates"], check_memory=False)
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    bound_ = compute_bound(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph), optimizer)
+    cfg = layout.config  # what the passes' kernels depend on, shared by layouts of other batches and ZeRO stages
+    key = (sim.shape, sim.cm.key, layout.stage_layers, cfg.recompute_granularity, cfg.recompute_method,
+           cfg.recompute_num_layers, layout.dims.ep, layout.dims.etp)  # the experts' grid changes MoE passes
+    if _starts_bound(layout):
+        bound_ = compute_bound(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph), optimizer)
+    else:
+        ranks = _STATE["ranks"].get(key)
+        if ranks is None:
+            ranks = _STATE["ranks"][key] = _rank_seconds(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph))
+        bound_ = _critical_path(layout.microbatches, ranks) + optimizer
     row.update(bound=bound_ * (1 - 1e-9), bound_kind="compute")  # slack: sums in another order than the templates'
     return row
 
@@ -266,8 +309,8 @@ def bound(c: Candidate) -> dict:
     return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
 
 
-def simulate(c: Candidate) -> dict:
-    """A full step of one candidate on the simulated cluster."""
+def simulate(c: Candidate | TrainingConfig) -> dict:
+    """A full step of one candidate (or config) on the simulated cluster."""
     sim = StepModel(_layout(c), _STATE["cluster"], templates=_STATE["templates"])
     try:
         res = sim.run()
@@ -277,7 +320,32 @@ def simulate(c: Candidate) -> dict:
     comm = sum(b.get(k, 0.0) for k in ("tp", "cp", "ep", "pp", "dp"))
     return {"step_time": res.step_time, "tflops_per_gpu": res.tflops_per_gpu, "mfu": res.mfu, "hfu": res.hfu,
             "tokens_per_second": res.tokens_per_second, "bubble_share": b["bubble"] / res.step_time,
-            "exposed_comm_share": comm / res.step_time, "breakdown": b}
+            "exposed_comm_share": comm / res.step_time, "interference_share": b.get("interference", 0.0) /
+            res.step_time, "breakdown": b}
+
+
+def simulate_alone(c: Candidate | TrainingConfig) -> dict:
+    """A full step of one candidate with compute and communication not sharing the GPUs (interference off)."""
+    if _STATE["alone"] is None:
+        _STATE["alone"] = TemplateCache(_STATE["cluster"], interference=False)
+    sim = StepModel(_layout(c), _STATE["cluster"], templates=_STATE["alone"], check_memory=False,
+                    interference=False)
+    return {"step_time_alone": sim.run().step_time}
+
+
+def evaluate(cfg: TrainingConfig) -> dict:
+    """A config as given (the scenario's own layout): memory, and a full step when it fits."""
+    row: dict = {}
+    try:
+        layout = _layout(cfg)
+    except (LayoutError, SimcommError) as exc:
+        return {"error": str(exc)}
+    c = Candidate.of(layout)
+    row.update(c.__dict__, layout=c.label, recompute=RECOMPUTE_NAMES[c.recompute])
+    row = _screen(cfg, row)
+    if row.get("fits"):
+        row.update(simulate(cfg))
+    return row
 
 
 @dataclass
@@ -287,6 +355,7 @@ class PlanResult:
     simulated: int
     proven: bool  # no unsimulated layout's lower bound is below the best simulated step time
     notes: list[str] = field(default_factory=list)
+    own: dict | None = None  # the base config's own layout, evaluated (plan(own=True)); `candidate`: in the space
 
     @property
     def feasible(self) -> list[dict]:
@@ -318,16 +387,29 @@ def _map(pool, fn, items, progress, done, total):
 BOUND_BATCH, SIMULATE_BATCH = 16, 4  # fixed, so the plan does not depend on the number of workers
 
 
+def world_of(base: TrainingConfig, cluster) -> int:
+    """The GPUs a plan lays out: the config's world_size, every GPU of the cluster when 0."""
+    if base.world_size > cluster.num_ranks:
+        raise ConfigError(f"world_size {base.world_size} is more than the {cluster.num_ranks} GPUs of "
+                          f"{cluster.name}", "world_size")
+    return base.world_size or cluster.num_ranks
+
+
 def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(), jobs: int | None = None,
          simulate_at_least: int = 16, max_simulate: int = 64, progress=None, ray: bool = False,
-         ray_address: str | None = None) -> PlanResult:
+         ray_address: str | None = None, own: bool = False, alone: int = 0) -> PlanResult:
     """Search the layouts of `model` on `cluster` at `base`'s global batch (see the module docstring); `ray`: on
     the Ray cluster at `ray_address` (a local one when empty) instead of `jobs` local processes, with the same
-    result."""
-    cands = candidates(model, base, cluster.num_ranks, cluster.ranks_per_node, space)
+    result; `own`: evaluate `base` as given too (PlanResult.own); `alone`: simulate the best `alone` simulated rows
+    again with interference off (their `step_time_alone`)."""
+    world = world_of(base, cluster)
+    given = base  # the scenario's own layout, as given; the candidates take the framework searched for
+    base = replace(base, framework=space.framework) if space.framework else base
+    cands = candidates(model, base, world, cluster.ranks_per_node, space)
     if not cands:
-        raise SimcommError("no layout to try: the search space allows no (tp, cp, pp, dp) that divides "
-                           f"{cluster.num_ranks} GPUs and the global batch {base.global_batch_size}")
+        raise ConfigError(f"global_batch_size {base.global_batch_size}: no layout of the search space splits it "
+                          f"over {world} GPUs (data-parallel size x micro-batch size must divide it, and tp x cp x "
+                          f"pp x dp = {world})", "global_batch_size")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(cands)))
     done, total = [0], [len(cands) + simulate_at_least]
     if ray:
@@ -341,10 +423,15 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
         total[0] = max(total[0], done[0] + len(idx))
         return zip(idx, _map(pool, fn, [cands[i] for i in idx], progress, done, total))
 
+    mine = None
     try:
         rows = [None] * len(cands)
         for i, row in run(screen, sorted(range(len(cands)), key=lambda i: (schedule_key(cands[i]), i))):
             rows[i] = row
+        if all("error" in r for r in rows):
+            reasons = list(dict.fromkeys(r["error"] for r in rows))
+            raise ConfigError(f"none of the {len(rows)} layouts can be built: " + "; ".join(reasons[:3]) +
+                              (f"; and {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""), None)
         # best first over the lower bounds: (bound, index); a compute bound is refined, a schedule bound simulated
         heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
         heapq.heapify(heap)
@@ -373,10 +460,17 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
                 if "step_time" in res:
                     best = min(best, res["step_time"])
             simulated += len(batch)
+        proven = not heap or heap[0][0] >= best
+        rows_alone = sorted((i for i, r in enumerate(rows) if "step_time" in r), key=lambda i: rows[i]["step_time"])
+        for i, res in run(simulate_alone, rows_alone[:alone]):
+            rows[i].update(res)
+        if own:
+            mine = _own(given, base, cands, rows, lambda fn, x: _map(pool, fn, [x], progress, done, total)[0])
+            if alone and "step_time" in mine and "step_time_alone" not in mine:
+                mine.update(_map(pool, simulate_alone, [given], progress, done, total)[0])
     finally:
         if pool is not None:
             pool.shutdown()
-    proven = not heap or heap[0][0] >= best
 
     def key(r):
         if "step_time" in r:
@@ -385,4 +479,15 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
             return (1, r["bound"])
         return (2, r.get("peak_memory", float("inf"))) if "error" not in r else (3, 0.0)
     rows.sort(key=key)
-    return PlanResult(rows, len(cands), simulated, proven)
+    return PlanResult(rows, len(cands), simulated, proven, own=mine)
+
+
+def _own(given: TrainingConfig, base: TrainingConfig, cands: list[Candidate], rows: list[dict], call) -> dict:
+    """The scenario's own layout: the candidate's row when the search built the very same config (simulated
+    if it was not), else `base` evaluated as given; `candidate` is whether the search space holds it."""
+    for i, c in enumerate(cands):
+        if c.config(base) == given:
+            if "bound" in rows[i] and "step_time" not in rows[i]:
+                rows[i].update(call(simulate, c))
+            return {**rows[i], "candidate": True}
+    return {**call(evaluate, given), "candidate": False}

@@ -58,10 +58,12 @@ def optimizer_seconds(layout, rank: int, cm) -> float:
 
 
 class StepModel:
-    """Simulates one training step of `layout` on `cluster` (see the module docstring)."""
+    """Simulates one training step of `layout` on `cluster` (see the module docstring). `interference`: compute
+    and communication share the GPUs (None: as the cluster's tuning says; `templates` must agree)."""
 
     def __init__(self, layout, cluster, *, detail: str = "steps", reuse: bool = True,
-                 templates: TemplateCache | None = None, check_memory: bool = True):
+                 templates: TemplateCache | None = None, check_memory: bool = True,
+                 interference: bool | None = None):
         self.layout, self.cluster = layout, cluster
         self.cfg, self.dims = layout.config, layout.dims
         if self.dims.world_size > cluster.num_ranks:
@@ -69,7 +71,8 @@ class StepModel:
                                f"{cluster.num_ranks}")
         self.cm = ComputeModel(cluster.device, self.cfg.precision, fp8=self.cfg.fp8_format is not None)
         self.detail, self.reuse = detail, reuse
-        self.templates = templates or TemplateCache(cluster)
+        self.interference = interference
+        self.templates = templates or TemplateCache(cluster, interference)
         self.check_memory = check_memory
         self.shape = layout.layer_shape
 
@@ -101,7 +104,7 @@ class StepModel:
         mem = self.memory()
         if self.check_memory:
             check_fits(mem, self.cluster.device.name)
-        session = Session(self.cluster, detail=self.detail)
+        session = Session(self.cluster, detail=self.detail, interference=self.interference)
         traffic = Traffic(session, reuse=self.reuse, ideal=self.cfg.ideal_network)
         passes = self.build_passes()
         notes: list[str] = []
