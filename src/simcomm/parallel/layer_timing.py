@@ -41,7 +41,8 @@ USERBUFFERS_SMS = {"ring_exchange": 1, "pipeline": 16, "bulk": 16}
 @dataclass(frozen=True)
 class Segment:
     """One kernel or transfer of a template, with offsets from the template's start; a transfer keeps the kind
-    and the tags the Session recorded it with (collective, algorithm, protocol, dtype, op, axis)."""
+    and the tags the Session recorded it with (collective, algorithm, protocol, dtype, op, axis). `nbytes` is a
+    transfer's bytes, a kernel's FLOPs."""
 
     stream: str  # compute | tp | cp
     start: float
@@ -155,7 +156,7 @@ class TemplateRunner:
                     ran = kernels.end - kernels.start if s.sim.interference else sum(secs)
                     at, scale = start - t0, ran / sum(secs) if sum(secs) else 0.0
                     for k, dt, shape in zip(st.compute, secs, shapes):
-                        segments.append(Segment("compute", at, at + dt * scale, k.name))
+                        segments.append(Segment("compute", at, at + dt * scale, k.name, k.flops))
                         parts.append((dt * scale, shape))
                         at += dt * scale
                     busy[0] += ran

@@ -43,6 +43,7 @@ class StepResult:
     finish: list = field(default_factory=list)  # per stage: when its last work (the optimizer, gathers) ended
     interference: bool = False  # compute and communication shared the GPUs (the breakdown lists its cost)
     simulation: object = field(default=None, repr=False, compare=False)  # the engine it ran on (its records)
+    copies: object = field(default=None, repr=False, compare=False)  # step_trace.RankCopies: who stands for whom
 
     @property
     def categories(self) -> tuple[str, ...]:

@@ -142,9 +142,8 @@ class TrainingResult(RunResult):
 
     traced: frozenset = frozenset()
 
-    @property
-    def timeline(self) -> list:
-        acts = super().timeline
+    def activities(self, kernels: bool = False) -> list:
+        acts = super().activities(kernels)
         return [a for a in acts if a.rank in self.traced] if self.traced else acts
 
 
@@ -171,6 +170,7 @@ class TrainingWorkload(Workload):
         result = TrainingResult(name, self.kind, cluster, rows, step.simulation, notes=list(step.notes),
                                 details={"step": step.as_dict()})
         result.traced = traced
+        result.copies = step.copies
         result.step = step
         result.plot_data["breakdown"] = result.details["step"]
         return result

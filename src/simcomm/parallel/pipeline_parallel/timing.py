@@ -27,7 +27,8 @@ class Pipeline:
         dims = layout.dims
         self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
         self.arrivals: dict = {}  # (phase, microbatch, virtual stage) -> [event, time its transfer started]
-        self.instances: list = []  # (rank, action, pass, part start times), in the order the passes ended
+        # (rank, action, pass, its compute jobs as (first part, end part, progress)), in the order the passes ended
+        self.instances: list = []
         self._mixes: dict = {}
         self.stages = [StageTiming(self, r) for r in range(dims.pp)]
 
@@ -114,7 +115,7 @@ class StageTiming:
         """The pass on the compute stream, cut where a part must wait for its parameters."""
         env, dp = self.env, self.p.dp
         cut = dp.before_pass(self.rank, a, p)
-        i, starts = 0, []
+        i, starts, jobs = 0, [], []
         while i < len(p.parts):
             dep = cut.get(i)
             if dep is not None:
@@ -127,8 +128,10 @@ class StageTiming:
             secs = sum(x.template.duration for x in p.parts[i:j])
             t0 = env.now
             starts += [t0 + x.offset - p.parts[i].offset for x in p.parts[i:j]]
-            yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a),
-                                       kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
+            op = self.session.compute(self.ranks, seconds=secs, tags={**tags, "annotation": "pass"}, label=_label(a),
+                                      kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
+            yield op
+            jobs.append((i, j, op.progress))
             self.acc["interference"] += (env.now - t0) - secs  # slowed by communication beside it
             if self.after_part is not None:
                 for x, s in zip(p.parts[i:j], starts[i:j]):
@@ -136,7 +139,7 @@ class StageTiming:
             i = j
         for k, v in p.breakdown.items():
             self.acc[k] += v
-        self.p.instances.append((self.rank, a, p, starts))
+        self.p.instances.append((self.rank, a, p, jobs))
 
     def _send(self, key, tags):
         """The pass's output to the next virtual stage (its previous one for a gradient), arriving at `key`."""
