@@ -94,7 +94,9 @@ class StepModel:
         ends = _StepEnd(self, pipeline, reps).simulate()
         copies = RankCopies(self.dims, reps)
         defer_trace(session, pipeline, copies, notes)
-        return self._result(max(ends), [st.acc for st in pipeline.stages], mem, notes, traffic, passes, ends, copies)
+        result = self._result(max(ends), [st.acc for st in pipeline.stages], mem, notes, traffic, passes, ends, copies)
+        result.bubbles = [st.bubbles for st in pipeline.stages]
+        return result
 
     # ---- pieces ----------------------------------------------------------------------------------------------
     def _dp_representatives(self, traffic: Traffic, notes: list) -> list[int]:
@@ -186,7 +188,7 @@ class _StepEnd:
             raise SimcommError("the pipeline did not finish (a schedule dependency was never met)")
         step_time = max(self.ends)
         for st in stages:
-            st.acc["bubble"] += step_time - self.ends[st.rank]
+            st.idle(self.ends[st.rank], step_time - self.ends[st.rank])
         return self.ends
 
     def _stage(self, st: StageTiming):
@@ -201,7 +203,7 @@ class _StepEnd:
         if self.tied and r in (0, pp - 1):
             t = env.now
             yield self.grads_done[pp - 1 - r if r else pp - 1]  # the other end of the embedding group
-            st.acc["bubble"] += env.now - t
+            st.idle(t, env.now - t)
             t = env.now
             yield self._embedding_all_reduce()
             st.acc["dp"] += env.now - t
@@ -225,7 +227,7 @@ class _StepEnd:
         env, r = self.env, st.rank
         yield everyone
         t = env.now
-        st.acc["bubble"] += t - self.idle_from[r]
+        st.idle(self.idle_from[r], t - self.idle_from[r])
         if self._norm is None:
             replica = self.model.dims.ranks(dp=0).reshape(-1)
             self._norm = self.p.traffic.collective("all_reduce", replica, 4, "float32",

