@@ -133,3 +133,19 @@ def test_each_file_holds_what_its_gpu_ran(traced):
     # a TP peer and a copy in another replica run the same kernels at the same times as the traced GPU
     times = {r: [(k["name"], k["ts"], k["dur"]) for k in kernels(files[r])] for r in (0, 3, 4, 8, 15)}
     assert times[0] == times[3] == times[4] and times[8] == times[15]
+
+
+def test_past_the_budget_only_the_simulated_ranks_get_a_file(traced, tmp_path):
+    from simcomm.report.kineto import write_rank_traces
+    from simcomm.scenario import load_scenario
+    from simcomm.workloads import run_scenario
+    _, files, _, path = traced
+    result = run_scenario(load_scenario(path))
+    acts = result.activities(kernels=True)
+    written = write_rank_traces(acts, result.cluster, tmp_path, result.copies, result.about_ranks(acts), budget=1)
+    assert sorted(p.name for p in written) == ["rank0.json", "rank8.json"]
+    assert json.loads(written[0].read_text()) == files[0]  # the same file as when every rank gets one
+    index = (tmp_path / "ranks.txt").read_text().splitlines()
+    assert index[1].startswith("2 of 16 ranks have a file (more would exceed 1 device events)")
+    assert index[2:4] == ["rank 0: simulated", "rank 1: copy of rank 0 (no file)"] and index[-1] == \
+        "rank 15: copy of rank 8 (no file)"

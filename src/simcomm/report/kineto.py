@@ -27,6 +27,9 @@ COMPUTE_STREAM, FIRST_NCCL_STREAM = 7, 20
 # CUDA's correlation ids are large numbers; tools size their columns from them (HTA stores event indices in a
 # column typed like the correlations, so small ids would overflow it).
 FIRST_CORRELATION = 1 << 20
+# device events (kernels and annotations, about 1 kB of JSON each) in all the files at most: past it, where ranks
+# are copies of simulated ones, only the simulated ranks get a file (ranks.txt says who each one stands for)
+RANK_TRACE_BUDGET = 4_000_000
 
 
 def device_events(acts, rank: int) -> list:
@@ -120,10 +123,10 @@ def rank_trace(events, cluster, rank: int, world: int, backend: str = "nccl", re
     return trace
 
 
-def rank_traces(activities, cluster, copies=None, about=None):
+def rank_traces(activities, cluster, copies=None, about=None, budget: int = RANK_TRACE_BUDGET):
     """(rank, trace) for every rank that ran something, or for every rank of `copies` (made from the events of
-    the rank each is a copy of); one at a time, in rank order. `about`: {simulated rank: what the report says of
-    it}, written into its file and its copies'."""
+    the rank each is a copy of; only for the simulated ones past `budget` device events in all); one at a time,
+    in rank order. `about`: {simulated rank: what the report says of it}, written into its file and its copies'."""
     about = about or {}
     by_rank: dict[int, list] = {}
     for a in activities:
@@ -139,21 +142,38 @@ def rank_traces(activities, cluster, copies=None, about=None):
         return
     world = len(copies.ranks)
     events = {s: device_events(by_rank.get(s, []), s) for s in copies.sources}
-    for r in copies.ranks:
+    for r in written_ranks(copies, {s: len(e) for s, e in events.items()}, budget):
         src = copies.source(r)
         yield r, rank_trace(events[src], cluster, r, world, backend, copies.rename(r), src, about.get(src))
 
 
-def write_rank_traces(activities, cluster, directory, copies=None, about=None) -> list[Path]:
-    """One `rank<N>.json` per rank in `directory` (what HTA's TraceAnalysis(trace_dir=...) loads); `copies` and
-    `about` as rank_traces takes them."""
+def written_ranks(copies, events: dict[int, int], budget: int = RANK_TRACE_BUDGET) -> list[int]:
+    """Every rank of `copies`, or only the simulated ones where all would hold more than `budget` device events
+    (`events`: how many each simulated rank has)."""
+    total = sum(events[copies.source(r)] for r in copies.ranks)
+    return list(copies.ranks) if total <= budget else sorted(copies.sources)
+
+
+def write_rank_traces(activities, cluster, directory, copies=None, about=None,
+                      budget: int = RANK_TRACE_BUDGET) -> list[Path]:
+    """One `rank<N>.json` per rank in `directory` (what HTA's TraceAnalysis(trace_dir=...) loads); `copies`,
+    `about` and `budget` as rank_traces takes them. With `copies`, ranks.txt says which simulated rank each rank
+    of the layout is a copy of and which have a file."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for rank, trace in rank_traces(activities, cluster, copies, about):
+    for rank, trace in rank_traces(activities, cluster, copies, about, budget):
         path = out / f"rank{rank}.json"
         # HTA finds each file's rank with the regex '"rank":\\s+(\\d+)', so keep the space after the colon, and
         # distributedInfo comes first.
         path.write_text(json.dumps(trace, separators=(",", ": ")))
         paths.append(path)
+    if copies is not None:  # not .json: HTA would read it as a trace of rank 0
+        have = {int(p.stem[4:]) for p in paths}
+        lines = [f"{copies.describe()}.", f"{len(have)} of {len(copies.ranks)} ranks have a file"
+                 + ("." if len(have) == len(copies.ranks) else f" (more would exceed {budget:,} device events):"
+                    " each other rank's trace is its simulated rank's, its peers renamed.")]
+        lines += [f"rank {r}: " + ("simulated" if copies.source(r) == r else f"copy of rank {copies.source(r)}")
+                  + ("" if r in have else " (no file)") for r in copies.ranks]
+        (out / "ranks.txt").write_text("\n".join(lines) + "\n")
     return paths
