@@ -117,3 +117,49 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture
 def golden():
     return golden_book
+
+
+class FakeRay:
+    """A stand-in for the ray module (not installed in CI; an optional extra): remote tasks run in a pool of real
+    worker processes, so work that keeps per-process state meets fresh processes as on a Ray cluster."""
+
+    def __init__(self, workers: int = 2):
+        from concurrent.futures import ProcessPoolExecutor
+        self.pool = ProcessPoolExecutor(workers)
+        self.inits: list[dict] = []
+        self.tasks = 0
+
+    def init(self, **kw):
+        self.inits.append(kw)
+
+    def cluster_resources(self):
+        return {"CPU": float(self.pool._max_workers)}
+
+    def put(self, value):
+        return value
+
+    def remote(self, fn):
+        fake = self
+
+        class Remote:
+            @staticmethod
+            def remote(*args):
+                fake.tasks += 1
+                return fake.pool.submit(fn, *args)
+        return Remote
+
+    def wait(self, pending, num_returns=1):
+        return pending[:num_returns], pending[num_returns:]
+
+    def get(self, refs):
+        return [r.result() for r in refs] if isinstance(refs, list) else refs.result()
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    """`import ray` gives a FakeRay for the test's duration."""
+    import sys
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    yield fake
+    fake.pool.shutdown()

@@ -26,7 +26,7 @@ def test_step_cases_are_the_scenarios_they_name():
     from simcomm.workloads.training import config_of
     from simcomm.parallel import TrainingConfig
     files = {"step-gpt3-175b-1024": "gpt3-175b-a100-1024", "step-llama3-405b-16384": "llama3-405b-h100-16384",
-             "plan-llama3-70b-1024": "llama3-70b-h100-1024"}
+             "plan-llama3-70b-1024": "llama3-70b-h100-1024", "plan-llama3-405b-16384": "llama3-405b-h100-16384"}
     root = Path(__file__).resolve().parents[1] / "scenarios"
     for case, name in files.items():
         preset, nodes, model, settings = bench.STEP_CASES[case]
@@ -62,13 +62,27 @@ def test_a_failing_case_is_reported_not_raised(monkeypatch):
     assert row["case"] == "no-such-case" and "unknown case" in row["error"]
 
 
-def test_the_16k_cases_state_their_targets():
+def test_the_large_cases_state_their_targets():
+    """Every algorithm that runs across nodes, and the tuner's choice, at 16,384 and 131,072 GPUs (issue 22)."""
+    for alg in ("ring", "tree", "recursive_doubling", "halving_doubling", "hierarchical", "nvls_tree", "auto"):
+        assert bench.TARGETS[f"allreduce-{alg}-16384"][0] == "< 2 s wall, < 1 GB"
+        assert bench.TARGETS[f"allreduce-{alg}-131072"][0] == "< 10 s wall, < 2 GB"
+        assert f"allreduce-{alg}-131072" in bench.DEFAULT and f"allreduce-{alg}-16384" in bench.DEFAULT
+        judge = bench.TARGETS[f"allreduce-{alg}-131072"][1]
+        assert judge({"wall_seconds": 9.0, "peak_mb": 1900}) and not judge({"wall_seconds": 9.0, "peak_mb": 2100})
+        assert not judge({"wall_seconds": 11.0, "peak_mb": 100})
     for alg in ("ring", "tree", "hierarchical", "auto"):
-        assert bench.TARGETS[f"allreduce-{alg}-16384"][0] == "< 5 s wall, < 1 GB"
         assert bench.TARGETS[f"allreduce-{alg}-4096"][0] == "< 1.5 s wall"
-        judge = bench.TARGETS[f"allreduce-{alg}-16384"][1]
-        assert judge({"wall_seconds": 4.0, "peak_mb": 900}) and not judge({"wall_seconds": 4.0, "peak_mb": 1200})
     assert bench.TARGETS["rankprog-sizeonly-16384"][0] == "< 10 s wall"
+    assert bench.TARGETS["step-llama3-405b-131072"][0] == "< 5 s wall"
+    assert bench.TARGETS["plan-llama3-405b-16384"][0] == "< 60 s wall on 2 cores"
+    preset, nodes, model, settings = bench.STEP_CASES["step-llama3-405b-131072"]
+    assert (nodes * 8, settings["global_batch_size"]) == (131072, 16384)
+
+
+def test_building_a_large_host_is_a_bench_case():
+    row = bench.run(["build-cpu-host-1024"])[0]
+    assert row["ranks"] == 1024 and row["routes"] == 1024
 
 
 def test_smpi_suite_without_simgrid_says_what_to_install(monkeypatch, capsys):
@@ -85,7 +99,7 @@ def test_the_peer_programs_and_platform(tmp_path):
     import sys
 
     from simcomm.bench import smpi
-    folder = smpi.benchmark_folder()
+    folder = smpi.benchmark_folder("smpi", "allreduce.c")
     sys.path.insert(0, str(folder))
     from star_platform import write_platform
     xml, hosts = write_platform(4, tmp_path)

@@ -15,6 +15,13 @@ NOT_ERRORS = {
     "simcomm.distributed.p2p.UnmatchedP2PWarning",
     # unwinds a rank's thread when a run is aborted; the runtime catches it and raises the run's SimcommError
     "simcomm.distributed.runtime._Aborted",
+    # a closed form that does not apply (the collective then runs stage by stage), and a stage it solves with
+    # every rail: both caught inside algorithms/symmetric.py
+    "simcomm.algorithms.symmetric.NotSymmetric",
+    "simcomm.algorithms.symmetric.Overloaded",
+    # a launched child process's sys.exit(N), carried out of its rank; the parent gets torch's ProcessExitedException
+    # (or the Process its exit code) instead
+    "simcomm.backends.launch.multiprocessing.ChildExit",
 }
 
 

@@ -150,6 +150,81 @@ def test_bad_ranks_roots_and_dtypes_are_refused_naming_the_value(call, message):
     assert s.now == 0 and not s.sim.recorder.activities()  # nothing started
 
 
+OTHER = Session("hgx-h100")
+F32 = np.float32
+
+
+@pytest.mark.parametrize("call, message", [  # issue 21: each was a negative busbw, a run of 2.7 elements or a raw
+    # numpy/simpy error
+    (lambda s: s.collective("all_reduce", [0, 1], count=-5), r"all_reduce: count=-5: expected a whole number of "
+                                                             r"elements >= 0"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=-10 ** 9), "count=-1000000000: expected a whole number"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=2.7), "count=2.7: expected a whole number"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=True), "count=True: expected a whole number"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=10 ** 30), "makes a buffer of 4e.30 bytes; at most 1 PiB"),
+    (lambda s: s.collective("all_gather", range(8), count=2 ** 47), "all_gather: count=.* makes a buffer of"),
+    (lambda s: s.collective("all_reduce", [0, 1], "2PiB"), "size='2PiB' is more than 1 PiB"),
+    (lambda s: s.compute([], seconds=1), "compute: ranks is empty"),
+    (lambda s: s.memory_op([], 100), "memory_op: ranks is empty"),
+    (lambda s: s.send([], [], 100), "send: src is empty"),
+    (lambda s: s.send([0, 1], [2, 3], [1, 2, 3]), r"send nbytes: expected a number or one per rank \(2\), got an "
+                                                  r"array of shape \(3,\)"),
+    (lambda s: s.send([0, 1], [2], 10), "send: 2 sources but 1 destinations"),
+    (lambda s: s.send(0, 1, "2PiB"), "send nbytes must be finite and non-negative and at most"),
+    (lambda s: s.compute([0, 1], seconds=[1, 2, 3]), r"compute seconds: expected a number or one per rank \(2\)"),
+    (lambda s: s.compute([0], flops=1e300, rate=1e-300), "would end at a time that is not finite"),
+    (lambda s: s.compute([0], seconds=1, rate=0), "compute rate must be positive"),
+    (lambda s: s.memory_op([0], [[1]]), "memory_op nbytes: expected a number or one per rank"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, data=[[1, 2, 3, 4]] * 2),
+     r"all_reduce: data must be a numpy array of shape \(2, 4\) \(one row per group rank\), got list"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, data=np.ones((2, 3), F32)),
+     r"data must be a float32 array of shape \(2, 4\).*got a float32 array of shape \(2, 3\)"),
+    (lambda s: s.collective("all_gather", [0, 1], count=4, data=np.ones((2, 4), F32)),
+     r"all_gather: data must be a float32 array of shape \(2, 8\)"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, data=np.ones((2, 4))),
+     r"got a float64 array of shape \(2, 4\)"),
+    (lambda s: s.collective("all_to_all", [0, 1], count=4, splits=[[1, 2], [3]]),
+     r"all_to_all: splits must be an 2 x 2 array of whole numbers >= 0"),
+    (lambda s: s.collective("all_to_all", [0, 1], count=4, splits=[[1, -2], [3, 4]]), "splits must be an 2 x 2"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, splits=[[1, 2], [3, 4]]),
+     "all_reduce: splits apply to all_to_all only"),
+    (lambda s: s.collective("all_to_all", [0, 1], count=1, splits=[[1, 2], [3, 4]], data=np.ones((2, 2), F32)),
+     "all_to_all: data is not taken with uneven splits"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, after=[5]),
+     r"all_reduce: after holds 5, which is not an operation \(an event of this Session\)"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, after=5), "all_reduce: after must be a list of operations"),
+    (lambda s: s.compute([0], seconds=1, after=[OTHER.compute([0], seconds=1)]),
+     r"compute: after holds Op\(compute, pending\), an operation of another Session"),
+    (lambda s: s.all_of([OTHER.timeout(1)]), "all_of: after holds a Timeout event, an operation of another Session"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, tags=["x"]), "all_reduce: tags must be a mapping"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, algorithm="zzz"), "all_reduce: unknown algorithm 'zzz'"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, protocol="LL64"), "all_reduce: unknown protocol 'LL64'"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, numerics="mpi"), "numerics must be 'nccl' or 'gloo'"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, op="band"), "ReduceOp.BAND.*float32|bitwise"),
+    (lambda s: s.collective("all_reduce", [0, 1], count=4, variant="list"), "all_reduce: variant='list'"),
+    (lambda s: s.run(-1.0), "run until must be finite and non-negative"),
+    (lambda s: s.run(OTHER.timeout(1)), "run: after holds .* an operation of another Session"),
+])
+def test_every_argument_is_checked_where_it_enters(call, message):
+    s = Session("hgx-h100")
+    with pytest.raises(SimcommError, match=message):
+        call(s)
+    assert s.now == 0 and not s.sim.recorder.activities()  # nothing started
+
+
+def test_all_to_all_takes_rows_of_blocks():
+    """all_to_all's data is (n, n * count) rows like the other block collectives: block j of row i goes to group
+    rank j, where it lands as block i."""
+    s = Session("hgx-h100")
+    n, c = 4, 3
+    data = np.arange(n * n * c, dtype=np.int64).reshape(n, n * c)
+    op = s.collective("all_to_all", range(n), count=c, data=data, dtype="int64")
+    s.run(op)
+    want = data.reshape(n, n, c).transpose(1, 0, 2).reshape(n, n * c)
+    np.testing.assert_array_equal(op.buffers.rows, want)
+    assert op.record.time > 0 and op.record.busbw > 0
+
+
 def test_dtype_aliases_resolve_through_the_vocabulary():
     from simcomm.collective import make_collective
     s = Session("hgx-h100")

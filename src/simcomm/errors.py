@@ -2,6 +2,31 @@
 
 Messages name what is wrong and where: the ranks involved and what each was doing, or the key, value and unit.
 """
+from __future__ import annotations
+
+import numbers
+import traceback
+from pathlib import Path
+
+_PACKAGE = str(Path(__file__).resolve().parent)
+
+
+def shown(value, width: int = 80) -> str:
+    """A value as an error message shows it: a whole number beyond 64 bits by its size, anything else by its repr,
+    cut to `width` characters."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value).bit_length() > 64:
+        return f"a {int(value).bit_length()}-bit whole number"
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def user_traceback(exc: BaseException) -> str:
+    """`Traceback (most recent call last): ...` for exc, from the user's own first frame down (simcomm's frames
+    above it, its rank and thread machinery, left out), as the program's own process would print it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    first = next((i for i, f in enumerate(frames) if not str(Path(f.filename).resolve()).startswith(_PACKAGE)), 0)
+    return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames[first:]))
+            + "".join(traceback.format_exception_only(exc)))
 
 
 class SimcommError(Exception):

@@ -10,10 +10,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from .units import UnitError, parse_rate, parse_size, parse_time
 from .vocab import COLL_ALIASES, COLLECTIVES, DTYPE_ALIASES, DTYPES, OP_ALIASES, OPS, did_you_mean
-from .vocab import MAX_NODES, MAX_RANKS  # noqa: F401 (the bounds of scenario files, defined in vocab)
+from .vocab import MAX_NODES, MAX_RANKS, MAX_SIZE  # noqa: F401 (the bounds of scenario files, defined in vocab)
 from .vocab import choice as _choice
 
-MAX_SIZE = 1 << 50  # 1 PiB: anything larger is a typo
 PROTOCOL_NAMES = ("LL", "LL128", "Simple")
 PLOTS = ("busbw", "timeline", "links", "schedule", "breakdown")
 

@@ -25,15 +25,19 @@ from typing import Iterable, Mapping
 import numpy as np
 import simpy
 
-from .algorithms import Buffers, Collective, ReduceOp, run_collective
+from .arrays import unique
+from .algorithms import ALGORITHMS, PROTOCOLS, Buffers, Collective, ReduceOp, run_collective
 from .algorithms.channels import p2p_channels
-from .algorithms.reduce_ops import as_reduce_op
+from .algorithms.reduce_ops import as_reduce_op, check_op
+from .algorithms.run import choice_for
 from .engine import NO_TAGS, SPREAD_MIX, Mix, Simulation
 from .engine.compute import holding
 from .errors import SimcommError
+from .errors import shown as _shown
 from .hardware import Cluster, build_cluster
 from .units import parse_size
-from .vocab import OP_NAMES, PER_RANK_SHARD, Bandwidth, canonical_dtype, canonical_kind, numpy_dtype, per_rank_count
+from .vocab import (MAX_SIZE, OP_NAMES, PER_RANK_SHARD, REDUCING, Bandwidth, canonical_dtype, canonical_kind,
+                    numpy_dtype, per_rank_count)
 
 
 @dataclass
@@ -97,17 +101,101 @@ def as_dtype(dtype) -> tuple[np.dtype, str]:
     return np_dtype, np_dtype.name
 
 
-def _check_amount(name: str, value) -> np.ndarray:
+def _check_amount(name: str, value, ranks: int | None = None, limit: float = math.inf) -> np.ndarray:
+    """`value` (a number, a size string, or one per rank of a group of `ranks`; ranks=0: a number only) as floats,
+    each finite, >= 0 and <= limit; a SimcommError naming `name` otherwise."""
     if isinstance(value, str):
         value = parse_size(value, name)
     try:
+        if np.asarray(value).dtype.kind == "b":  # True is not an amount
+            raise TypeError
         arr = np.asarray(value, dtype=np.float64)
-    except (OverflowError, TypeError, ValueError):  # 10**400, a word, an object
-        raise SimcommError(f"{name} must be a finite non-negative number (or array of them), got {value!r}") \
+    except (OverflowError, TypeError, ValueError):  # 10**400, a word, an object, a ragged list, a bool
+        raise SimcommError(f"{name} must be a finite non-negative number (or array of them), got {_shown(value)}") \
             from None
-    if not np.isfinite(arr).all() or (arr < 0).any():
-        raise SimcommError(f"{name} must be finite and non-negative, got {value!r}")
+    if arr.ndim > 1 or (arr.ndim == 1 and ranks is not None and (ranks == 0 or len(arr) != ranks)):
+        expected = "a number" + (f" or one per rank ({ranks})" if ranks else "")
+        raise SimcommError(f"{name}: expected {expected}, got an array of shape {arr.shape}")
+    if not np.isfinite(arr).all() or (arr < 0).any() or (arr > limit).any():
+        bound = "" if limit == math.inf else f" and at most {limit:.0f}"
+        raise SimcommError(f"{name} must be finite and non-negative{bound}, got {_shown(value)}")
     return arr
+
+
+def _tags(what: str, tags) -> Mapping:
+    if tags is None:
+        return NO_TAGS
+    if not isinstance(tags, Mapping):
+        raise SimcommError(f"{what}: tags must be a mapping (name -> value), got {_shown(tags)}")
+    return tags
+
+
+def _check_choices(coll: Collective, algorithm, protocol, numerics) -> None:
+    """What run_collective would refuse when the collective starts (perhaps later, after its `after`), refused now:
+    an unknown algorithm, protocol or numerics, an op the dtype cannot take."""
+    if numerics not in ("nccl", "gloo"):
+        raise SimcommError(f"{coll.kind}: numerics must be 'nccl' or 'gloo', got {_shown(numerics)}")
+    if algorithm is not None and algorithm not in ALGORITHMS[coll.kind]:
+        raise SimcommError(f"{coll.kind}: unknown algorithm {_shown(algorithm)}; expected one of "
+                           f"{', '.join(sorted(ALGORITHMS[coll.kind]))}")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise SimcommError(f"{coll.kind}: unknown protocol {_shown(protocol)}; expected one of {', '.join(PROTOCOLS)}")
+    if coll.kind in REDUCING:
+        check_op(coll.op, coll.dtype, numerics)
+
+
+def _count(kind: str, count, itemsize: int, n: int) -> int:
+    """A collective's count (elements per rank, simcomm's convention): a whole number >= 0 whose buffer fits
+    MAX_SIZE."""
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
+        raise SimcommError(f"{kind}: count={_shown(count)}: expected a whole number of elements >= 0")
+    nbytes = int(count) * itemsize * (n if kind in PER_RANK_SHARD else 1)
+    if nbytes > MAX_SIZE:
+        size = f"{nbytes:.3g} bytes" if nbytes.bit_length() < 1000 else f"a {nbytes.bit_length()}-bit number of bytes"
+        raise SimcommError(f"{kind}: count={_shown(count)} makes a buffer of {size}; at most 1 PiB")
+    return int(count)
+
+
+def _splits(kind: str, splits, n: int, itemsize: int):
+    """all_to_all's splits[i][j] (elements from group rank i to j) as an (n, n) int64 array, or None."""
+    if splits is None:
+        return None
+    if kind != "all_to_all":
+        raise SimcommError(f"{kind}: splits apply to all_to_all only")
+    try:
+        arr = np.asarray(splits)
+    except ValueError:  # ragged
+        arr = np.asarray([0.5])
+    if arr.shape != (n, n) or arr.dtype.kind not in "iu" or (arr < 0).any():
+        raise SimcommError(f"all_to_all: splits must be an {n} x {n} array of whole numbers >= 0 (splits[i][j]: "
+                           f"elements group rank i sends to j), got {_shown(splits)}")
+    if int(arr.sum(axis=1, dtype=object).max()) * itemsize > MAX_SIZE:
+        raise SimcommError("all_to_all: splits make a buffer of more than 1 PiB")
+    return arr.astype(np.int64)
+
+
+def _data(kind: str, data, n: int, count: int, dtype: np.dtype, splits):
+    """A collective's data checked against its layout: (data for run_collective, the array its results end in).
+    Rows are one per group rank: count elements (all_reduce, broadcast, reduce, sendrecv), or n blocks of count
+    (all_gather, reduce_scatter, gather, scatter, all_to_all: block j of row i goes to group rank j)."""
+    if data is None or isinstance(data, Buffers):  # size-only, or simcomm.distributed's own buffers
+        return data, None
+    width = n * count if kind in PER_RANK_SHARD else count
+    if kind == "barrier" or splits is not None:
+        raise SimcommError(f"{kind}: data is not taken {'with uneven splits' if splits is not None else 'here'}; "
+                           "pass data=None for a size-only run")
+    if not isinstance(data, np.ndarray):
+        raise SimcommError(f"{kind}: data must be a numpy array of shape ({n}, {width}) (one row per group rank), "
+                           f"got {type(data).__name__}")
+    if data.shape != (n, width) or data.dtype != dtype:
+        raise SimcommError(f"{kind}: data must be a {dtype.name} array of shape ({n}, {width}) (one row per group "
+                           f"rank), got a {data.dtype.name} array of shape {data.shape}")
+    if kind != "all_to_all":
+        return data, None
+    out = np.zeros_like(data)
+    blocks_in = [[data[i, j * count:(j + 1) * count] for j in range(n)] for i in range(n)]
+    blocks_out = [[out[j, i * count:(i + 1) * count] for i in range(n)] for j in range(n)]  # [j][i]: j's from i
+    return Buffers((blocks_in, blocks_out), ReduceOp.SUM), out
 
 
 class Session:
@@ -150,13 +238,22 @@ class Session:
         return self.env.process(generator)
 
     def all_of(self, events) -> simpy.Event:
-        return self.env.all_of(list(events))
+        return self.env.all_of(self._after("all_of", events))
 
     def timeout(self, delay: float) -> simpy.Event:
-        return self.env.timeout(float(_check_amount("delay", delay)))
+        return self.env.timeout(float(_check_amount("delay", delay, ranks=0)))
 
     def run(self, until=None) -> float:
         """Advance the simulation until `until` (an event or a time) or until nothing is left; returns now."""
+        if isinstance(until, simpy.Event):
+            self._after("run", [until])
+        elif until is not None:
+            t = float(_check_amount("run until", until, ranks=0))
+            if t < self.now:
+                raise SimcommError(f"run: until={t!r} is before now ({self.now!r})")
+            if t == self.now:
+                return self.now
+            until = t
         self.env.run(until)
         return self.now
 
@@ -179,15 +276,47 @@ class Session:
         if group.size and (group.min() < 0 or group.max() >= n):
             bad = int(group[(group < 0) | (group >= n)][0])
             raise SimcommError(f"{what}: rank {bad} is out of range; {self.cluster.name} has ranks 0..{n - 1}")
-        if distinct and len(np.unique(group)) != len(group):
+        if distinct and len(unique(group)) != len(group):
             values, counts = np.unique(group, return_counts=True)
             raise SimcommError(f"{what}: a group's ranks must be distinct, but rank {int(values[counts > 1][0])} "
                                f"appears {int(counts[counts > 1][0])} times in {group.tolist()}")
         return group
 
-    def _start(self, op: Op, after, body) -> Op:
-        """Run body(op) now, or once every event in `after` has fired."""
-        deps = [e for e in (after or ()) if not e.processed]
+    def _after(self, what: str, after) -> list:
+        """`after` as a list of this Session's events (Ops, all_of, timeouts); a SimcommError naming the call
+        otherwise."""
+        if after is None:
+            return []
+        if isinstance(after, simpy.Event) or not isinstance(after, Iterable) or isinstance(after, (str, bytes)):
+            raise SimcommError(f"{what}: after must be a list of operations (events of this Session), got "
+                               f"{_shown(after)}")
+        deps = list(after)
+        for e in deps:
+            if not isinstance(e, simpy.Event):
+                raise SimcommError(f"{what}: after holds {_shown(e)}, which is not an operation (an event of this "
+                                   f"Session)")
+            if e.env is not self.env:
+                shown = repr(e) if isinstance(e, Op) else f"a {type(e).__name__} event"
+                raise SimcommError(f"{what}: after holds {shown}, an operation of another Session")
+        return deps
+
+    def _sms(self, what: str, sms) -> int:
+        """SMs a kernel holds on each GPU: a whole number from 0 to the device's SMs."""
+        most = self.cluster.device.sms or None
+        if isinstance(sms, bool) or not isinstance(sms, numbers.Integral) or sms < 0 or (most and sms > most):
+            raise SimcommError(f"{what}: sms={_shown(sms)}: expected a whole number of SMs from 0"
+                               + (f" to {most} ({self.cluster.device.name}'s)" if most else ""))
+        return int(sms)
+
+    def _nonempty(self, what: str, ranks) -> np.ndarray:
+        group = self._group(f"{what} ranks", ranks)
+        if not group.size:
+            raise SimcommError(f"{what}: ranks is empty; give at least one rank")
+        return group
+
+    def _start(self, op: Op, after: list, body) -> Op:
+        """Run body(op) now, or once every event in `after` (checked by _after) has fired."""
+        deps = [e for e in after if not e.processed]
         if not deps:
             body(op)
             return op
@@ -212,21 +341,38 @@ class Session:
         sized for the SMs left (userbuffers' set_sm_margin).
         """
         kind = canonical_kind(kind)
+        after = self._after(kind, after)
         group = self._group(f"{kind} ranks", ranks, distinct=True)
         if not group.size:
             raise SimcommError(f"{kind}: ranks is empty; a collective needs at least one rank")
         if isinstance(root, bool) or not isinstance(root, numbers.Integral) or not 0 <= root < len(group):
             raise SimcommError(f"{kind}: root={root!r} is not in the group; expected a group rank 0..{len(group) - 1}")
         np_dtype, dtype_name = as_dtype(dtype)
+        n = len(group)
         if (size is None) == (count is None):
             raise SimcommError(f"{kind}: give exactly one of size (nccl-tests' S) and count")
         if count is None:
-            count = per_rank_count(kind, parse_size(size, "size"), np_dtype.itemsize, len(group))
+            nbytes = parse_size(size, "size")
+            if nbytes > MAX_SIZE:
+                raise SimcommError(f"{kind}: size={_shown(size)} is more than 1 PiB")
+            count = per_rank_count(kind, nbytes, np_dtype.itemsize, n) if np_dtype.itemsize else 0
+        count = _count(kind, count, np_dtype.itemsize, n)
+        splits = _splits(kind, splits, n, np_dtype.itemsize)
+        data, out = _data(kind, data, n, count, np_dtype, splits)
+        if variant not in ("", "list") or (variant and kind != "reduce_scatter"):
+            raise SimcommError(f"{kind}: variant={variant!r}: expected '' (or 'list' for reduce_scatter)")
+        tags = _tags(kind, tags)
+        sms = None if sms is None else self._sms(kind, sms)
+        if not isinstance(sm_margin, bool):
+            raise SimcommError(f"{kind}: sm_margin must be True or False, got {_shown(sm_margin)}")
         reduce_op = as_reduce_op(OP_NAMES.get(op, op) if isinstance(op, str) else op)
-        coll = Collective(kind, group, int(count), np_dtype, reduce_op, root, splits, variant)
+        coll = Collective(kind, group, count, np_dtype, reduce_op, root, splits, variant)
         forced = self.algorithm.get(kind) if isinstance(self.algorithm, dict) else self.algorithm
+        _check_choices(coll, algorithm or forced, protocol or self.protocol, numerics or self.numerics)
+        if algorithm or forced or protocol or self.protocol:  # one that cannot run this collective: refused now
+            choice_for(self.sim, coll.placed(self.cluster), algorithm or forced, protocol or self.protocol)
         op_name = {"PRODUCT": "prod"}.get(reduce_op.name, reduce_op.name.lower())
-        all_tags = {"collective": kind, "dtype": dtype_name, "op": op_name, **(tags or {})}
+        all_tags = {"collective": kind, "dtype": dtype_name, "op": op_name, **tags}
         result = Op(self.env, "collective", group, all_tags)
 
         def body(o: Op):
@@ -234,8 +380,7 @@ class Session:
             proc, buf, choice = run_collective(self.sim, coll, data, algorithm or forced, protocol or self.protocol,
                                                numerics or self.numerics, label, tags=all_tags, sms=sms,
                                                sm_margin=sm_margin)
-            o.buffers = buf
-            n = len(group)
+            o.buffers = buf if out is None else Buffers(out, reduce_op)
             o.record = CollectiveRecord(kind, n, coll.nbytes, coll.count * (n if kind in PER_RANK_SHARD else 1)
                                         if np_dtype.itemsize else 0, dtype_name, op_name, root, choice.algorithm,
                                         choice.protocol, choice.predicted, o.start, math.nan, o.tags,
@@ -253,11 +398,14 @@ class Session:
         string such as '8MiB'); fires when the last byte has arrived. Recorded on each sender as a "p2p" op with
         the receiver as peer. Each send's kernel holds NCCL's p2p channels on both GPUs while it runs, and a copy
         inside a node slows while either GPU computes (docs/model.md)."""
+        after = self._after("send", after)
         src, dst = self._group("send src", src), self._group("send dst", dst)
         if src.shape != dst.shape:
             raise SimcommError(f"send: {len(src)} sources but {len(dst)} destinations")
-        amount = _check_amount("nbytes", nbytes)
-        result = Op(self.env, "p2p", src, {**(tags or {})})
+        if not src.size:
+            raise SimcommError("send: src is empty; a send needs at least one sender")
+        amount = _check_amount("send nbytes", nbytes, len(src), MAX_SIZE)
+        result = Op(self.env, "p2p", src, {**_tags("send", tags)})
 
         def body(o: Op):
             o.start = self.now
@@ -296,7 +444,8 @@ class Session:
     def occupy(self, ranks, sms: int, *, until: simpy.Event) -> None:
         """Hold `sms` SMs on each of `ranks` from now until `until` fires, as a communication kernel does (for
         callers that time a collective themselves, such as a replay of one already simulated)."""
-        release = self.sim.compute.occupy(self._group("occupy ranks", ranks), sms)
+        self._after("occupy", [until])
+        release = self.sim.compute.occupy(self._group("occupy ranks", ranks), self._sms("occupy", sms))
         if release is not None:
             until.callbacks.append(lambda _e: release())
 
@@ -311,14 +460,20 @@ class Session:
         kernels: what the work is made of, so communication beside it slows it as its kernels would: an
         engine Mix, or (weight, engine Kernel) pairs (the work's time is split in proportion to the weights, e.g.
         each kernel's seconds alone). Default: work spread evenly over the GPU's SMs."""
-        group = self._group("compute ranks", ranks)
-        flops = _check_amount("flops", flops)
-        seconds = _check_amount("seconds", seconds)
-        rate = self.sim.compute.rate if rate is None else float(_check_amount("rate", rate))
+        after = self._after("compute", after)
+        group = self._nonempty("compute", ranks)
+        flops = _check_amount("compute flops", flops, len(group))
+        seconds = _check_amount("compute seconds", seconds, len(group))
+        rate = self.sim.compute.rate if rate is None else float(_check_amount("compute rate", rate, ranks=0))
         if not rate > 0:
             raise SimcommError(f"compute rate must be positive, got {rate!r}")
+        with np.errstate(over="ignore"):
+            ends = flops / rate + seconds + self.now
+        if not np.isfinite(ends).all():
+            raise SimcommError(f"compute: flops={_shown(flops.tolist())} at {rate:g} flop/s plus "
+                               f"seconds={_shown(seconds.tolist())} would end at a time that is not finite")
         mix = _as_mix(kernels)
-        result = Op(self.env, "compute", group, {**(tags or {})})
+        result = Op(self.env, "compute", group, {**_tags("compute", tags)})
 
         def body(o: Op):
             o.start = self.now
@@ -327,9 +482,10 @@ class Session:
 
     def memory_op(self, ranks, nbytes, *, after=(), tags: Mapping | None = None, label: str = "memory") -> Op:
         """Move `nbytes` of HBM traffic (reads plus writes) on each rank at its memory bandwidth."""
-        group = self._group("memory_op ranks", ranks)
-        amount = _check_amount("nbytes", nbytes)
-        result = Op(self.env, "memory", group, {**(tags or {})})
+        after = self._after("memory_op", after)
+        group = self._nonempty("memory_op", ranks)
+        amount = _check_amount("memory_op nbytes", nbytes, len(group), MAX_SIZE)
+        result = Op(self.env, "memory", group, {**_tags("memory_op", tags)})
 
         def body(o: Op):
             o.start = self.now

@@ -13,15 +13,17 @@ powers of 1024.  For sizes, the nccl-tests shorthand K, M, G, T (as in
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 import re
 from fractions import Fraction
+from typing import Callable, Optional, Union
 
-from .errors import UnitError
+from .errors import UnitError, shown
 
-__all__ = ["UnitError", "parse_size", "parse_rate", "parse_time",
-           "format_size", "format_rate", "format_time"]
+__all__ = ["UnitError", "parse_size", "parse_rate", "parse_time", "parse_whole", "parse_positive",
+           "format_size", "format_rate", "format_time", "whole", "wholes", "positive", "sizes"]
 
 
 _DEC = ["K", "M", "G", "T", "P"]
@@ -152,6 +154,102 @@ def parse_time(text, what: str = "") -> float:
         return float(value)
     except OverflowError:
         raise _fail("time", text, what, "value out of range") from None
+
+
+# ---- numbers typed on a command line ---------------------------------------------------------------------------
+# Every numeric option of every subcommand is range-checked by one of these, as torchrun and nccl-tests check theirs:
+# a zero or negative count, rate, node or job number is an error, never silently replaced.
+Bound = Optional[Union[int, Callable[[], int]]]  # a bound, or one known when the option is read (this host's cores)
+
+
+def _bound(b: Bound):
+    return b() if callable(b) else b
+
+
+def _range_text(low, high) -> str:
+    return f">= {low}" if high is None else f"from {low} to {high}"
+
+
+def parse_whole(text, what: str = "", low: int = 1, high: Bound = None) -> int:
+    """`text` (a string of digits, or an int) as a whole number from low to high (inclusive; high None: no upper
+    bound); a UnitError naming `what` and the range otherwise."""
+    high = _bound(high)
+    where = f"{what}: " if what else ""
+    value = text.strip() if isinstance(text, str) else text
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral)
+                                       or (isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value))):
+        raise UnitError(f"{where}expected a whole number {_range_text(low, high)}, got {text!r}")
+    n = int(value)
+    if n < low or (high is not None and n > high):
+        raise UnitError(f"{where}expected a whole number {_range_text(low, high)}, got {shown(n)}")
+    return n
+
+
+def parse_positive(text, what: str = "", high: float = math.inf) -> float:
+    """`text` as a finite number > 0 (and <= high), such as 400e12; a UnitError naming `what` otherwise."""
+    where = f"{what}: " if what else ""
+    try:
+        x = float(text.strip() if isinstance(text, str) else text)
+    except (TypeError, ValueError, OverflowError):
+        x = math.nan
+    if isinstance(text, bool) or not 0 < x <= high or not math.isfinite(x):
+        raise UnitError(f"{where}expected a finite number > 0{'' if high == math.inf else f' and <= {high:g}'}, "
+                        f"got {text!r}")
+    return x
+
+
+def _option(parse, *bounds, why: str = ""):
+    """An argparse `type=` from a parser above: its UnitError becomes argparse's usage error (exit status 2), whose
+    message names the option (and says `why` the bounds are what they are)."""
+    def convert(text):
+        try:
+            return parse(text, "", *bounds)
+        except UnitError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}{' (' + why + ')' if why else ''}") from None
+    convert.__name__ = parse.__name__.removeprefix("parse_")  # what argparse's own messages call the type
+    return convert
+
+
+def whole(low: int = 1, high: Bound = None, why: str = ""):
+    """argparse type: a whole number from low to high."""
+    return _option(parse_whole, low, high, why=why)
+
+
+def positive(high: float = math.inf):
+    """argparse type: a finite number > 0."""
+    return _option(parse_positive, high)
+
+
+def _whole_list(text, what: str = "", low: int = 1, high: Bound = None) -> tuple[int, ...]:
+    parts = text.split(",") if isinstance(text, str) else [text]
+    try:
+        if not all(str(p).strip() for p in parts):
+            raise UnitError("an empty item")
+        return tuple(parse_whole(p, what, low, high) for p in parts)
+    except UnitError:
+        raise UnitError(f"{what + ': ' if what else ''}expected whole numbers {_range_text(low, _bound(high))}, "
+                        f"separated by commas, got {text!r}") from None
+
+
+def wholes(low: int = 1, high: Bound = None):
+    """argparse type: comma-separated whole numbers, each from low to high (a tuple)."""
+    return _option(_whole_list, low, high)
+
+
+def _size_list(text, what: str = "", low: int = 1, high: Bound = None) -> list[int]:
+    out = []
+    for part in text.split(","):
+        n = parse_size(part.strip(), what)
+        if n < low or (_bound(high) is not None and n > _bound(high)):
+            raise UnitError(f"{what + ': ' if what else ''}expected sizes from {format_size(low)} to "
+                            f"{format_size(_bound(high))}, got {part.strip()!r}")
+        out.append(n)
+    return out
+
+
+def sizes(low: int = 1, high: Bound = None):
+    """argparse type: comma-separated sizes (8, 1K, 64MiB), each from low to high bytes (a list)."""
+    return _option(_size_list, low, high)
 
 
 def _trim(x: float) -> str:

@@ -25,7 +25,12 @@ PER_RANK_SHARD = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatt
 NCCL_TESTS_NAMES = {k: {"all_to_all": "alltoall"}.get(k, k) for k in COLLECTIVES}
 # PyTorch profiler's "Collective name" for each kind.
 TORCH_NAMES = {k: {"all_reduce": "allreduce", "all_gather": "allgather"}.get(k, k) for k in KINDS}
-MAX_NODES, MAX_RANKS = 8192, 65536  # the largest cluster scenario files and `simcomm perf` accept
+MAX_NODES, MAX_RANKS = 32768, 262144  # the largest cluster scenario files and `simcomm perf` accept
+# Ranks on one host (cpu-host's processes per node): routes inside a node are worked out per class of alike
+# endpoints (hardware/paths.py), so a 4,096-rank host builds in a fraction of a second; beyond, a launch's threads
+# cost more than a user would wait for on one machine.
+MAX_RANKS_PER_NODE = 4096
+MAX_SIZE = 1 << 50  # bytes: 1 PiB, the largest buffer anything accepts; anything larger is a typo
 
 
 class DType(NamedTuple):

@@ -3,7 +3,7 @@ from 128 to 512 KiB on 2 x 8 H100s, because Simple's 32 KiB per channel was appl
 import pytest
 
 from simcomm.algorithms.plan import Collective
-from simcomm.algorithms.tree import MIN_CHANNEL_BYTES, tree_channels
+from simcomm.algorithms.tree_shape import MIN_CHANNEL_BYTES, tree_channels
 from simcomm.hardware import build_cluster
 from simcomm.session import Session
 from simcomm.workloads import run_perf

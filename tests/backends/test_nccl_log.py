@@ -86,3 +86,20 @@ def test_bad_input_is_named():
         parse_log(json.dumps({"results": [{"size": 8}]}), "z.json")
     with pytest.raises(LogError, match="cannot read"):
         read_log(LOGS / "missing.log")
+
+
+def test_ranks_are_inferred_only_when_the_printed_figures_allow_one_count():
+    """busbw / algbw is printed to 0.01 GB/s: 199.00 / 100.00 allows any of about 180-220 ranks (it had given 200, or
+    a cluster of 66,666 ranks for 199.997 / 100.000); a count every row allows is taken, as is none otherwise."""
+    def table(*pairs, kind="all_reduce"):
+        from simcomm.backends.nccl_log import Figures, Row, Table
+        return Table([Row(1 << (20 + i), None, "float", "sum", -1, Figures(10.0, a, b)) for i, (a, b) in
+                      enumerate(pairs)], collective=kind)
+    assert table((100.0, 199.0)).inferred_ranks() is None
+    assert table((100.0, 175.0)).inferred_ranks() == 8
+    assert table((1.0, 1.75), (100.0, 175.0)).inferred_ranks() == 8
+    assert table((100.0, 175.0), (100.0, 150.0)).inferred_ranks() is None  # rows that disagree
+    assert table((0.0, 0.0)).inferred_ranks() is None
+    # all_gather's busbw / algbw stays below 1: a row above it allows no count (it was an OverflowError)
+    assert table((0.05, 0.08), (100.0, 93.75), kind="all_gather").inferred_ranks() is None
+    assert table((100.0, 93.75), kind="all_gather").inferred_ranks() == 16

@@ -76,3 +76,26 @@ def test_a_multi_node_log_also_fits_the_fabric(tmp_path, capsys):
     p = load_profile(prof)
     assert set(p.overrides) == {"nic_latency"} and 1e-7 <= p.overrides["nic_latency"] <= 1e-4
     assert 0.3 <= dict(p.tuning.efficiency)["net"] <= 1.5
+
+
+def test_from_log_mistakes_are_clean_errors(tmp_path, capsys):
+    """Issue 21: --algo zzz (was a KeyError), a log of one size (a StatisticsError), --nodes 0 (ZeroDivisionError)."""
+    log = LOGS / "current_2x.log"
+    assert main(["calibrate", "--from-log", str(log), "--cluster", "hgx-h100", "--algo", "zzz"]) == 2
+    assert "--algo 'zzz' is not an algorithm for all_reduce; expected one of" in capsys.readouterr().err
+    one = tmp_path / "one.log"
+    text = log.read_text()
+    one.write_text(text.split("       16384")[0])
+    assert main(["calibrate", "--from-log", str(one), "--cluster", "hgx-h100"]) == 2
+    assert "calibrate needs a sweep of at least 2 measured sizes" in capsys.readouterr().err
+    assert main(["calibrate", "--from-log", str(log), "--cluster", "hgx-h100", "--nodes", "0"]) == 2
+    assert "argument --nodes: expected a whole number from 1 to 32768, got 0" in capsys.readouterr().err
+
+
+def test_from_log_notes_the_rows_it_leaves_out(tmp_path, capsys):
+    log = tmp_path / "neg.log"
+    text = (LOGS / "current_2x.log").read_text()
+    log.write_text(text.replace("    20.00    0.05", "   -20.00    0.05", 1))
+    assert main(["calibrate", "--from-log", str(log), "--cluster", "hgx-h100"]) == 0
+    out, err = capsys.readouterr()
+    assert f"note: {log}: 1 row left out: 1 with a negative time" in err and "calibrate: 3 measured sizes" in out

@@ -47,3 +47,22 @@ def test_plan_errors(tmp_path, capsys):
     assert "whole numbers" in capsys.readouterr().err
     assert main(["plan", str(good), "--recompute", "some"]) == 2
     assert "unknown recomputation" in capsys.readouterr().err
+
+
+def test_plan_on_ray_prints_what_local_workers_find(tmp_path, capsys, fake_ray):
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    args = ["plan", str(path), "--tp", "2,4", "--schedules", "1f1b", "--recompute", "none", "--mbs", "1", "--json"]
+    assert main(args + ["--jobs", "1"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main(args + ["--ray", "auto"]) == 0
+    assert json.loads(capsys.readouterr().out) == local and fake_ray.inits[0]["address"] == "auto"
+
+
+def test_plan_on_ray_without_ray_says_what_to_install(tmp_path, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    assert main(["plan", str(path), "--ray"]) == 2
+    assert "pip install 'simcomm[ray]'" in capsys.readouterr().err

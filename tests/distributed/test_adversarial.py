@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import re
-import threading
 from collections import Counter
 
 import numpy as np
@@ -29,6 +28,7 @@ from hypothesis import strategies as st
 
 import simcomm
 import simcomm.distributed as dist
+from adversarial import bounded
 from simcomm import clock
 
 LIMIT_S = 30.0
@@ -367,20 +367,13 @@ def expected_outcome(prog: dict) -> str:
 def run_program(prog: dict) -> str:
     """'correct', or the kind of clean error; fails the test on a hang, a wrong value or an unnamed error."""
     wrong: list = []
-    box: dict = {}
-
-    def target():
-        try:
-            box["result"] = simcomm.spawn(rank_program, args=(prog, wrong), nprocs=prog["n"],
-                                          cluster=prog["cluster"])
-        except BaseException as exc:  # noqa: BLE001 - judged below, on the test's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(LIMIT_S)
-    assert not t.is_alive(), f"the program did not end within {LIMIT_S} s: {prog}"
-    error, expected = box.get("error"), expected_outcome(prog)
+    try:
+        bounded(lambda: simcomm.spawn(rank_program, args=(prog, wrong), nprocs=prog["n"], cluster=prog["cluster"]),
+                LIMIT_S, f"the program {prog}")
+        error = None
+    except Exception as exc:  # noqa: BLE001 - judged below (a hang is an AssertionError that fails it)
+        error = exc
+    expected = expected_outcome(prog)
     if error is None:
         assert not wrong, f"wrong results {wrong[:3]} for {prog}"
         assert expected != "error", f"simcomm ran a call torch refuses: {prog}"

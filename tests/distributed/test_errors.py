@@ -1,6 +1,4 @@
 """Errors a rank program can hit: deadlocks, mismatches, bad arguments, failures. None of them may hang."""
-import threading
-
 import numpy as np
 import pytest
 
@@ -9,26 +7,14 @@ import simcomm.distributed as dist
 from simcomm import clock
 from simcomm.distributed.p2p import UnmatchedP2PWarning
 
+from .helpers import run as _run
+
 LIMIT_S = 20.0
 
 
 def run(fn, nprocs=2, cluster="hgx-h100", args=()):
     """simcomm.spawn on a watchdog thread: a hang fails the test instead of stalling the suite."""
-    box = {}
-
-    def target():
-        try:
-            box["result"] = simcomm.spawn(fn, args=args, nprocs=nprocs, cluster=cluster)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(LIMIT_S)
-    assert not t.is_alive(), f"simcomm.spawn did not return within {LIMIT_S} s"
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    return _run(fn, nprocs, cluster, args, LIMIT_S)
 
 
 # ---- deadlocks ------------------------------------------------------------------------------------------------

@@ -119,3 +119,60 @@ def test_scaling_capacities_scales_rates(topo, factor):
     classes, capacity, counts = topo
     np.testing.assert_allclose(rates(classes, capacity * factor, counts), rates(classes, capacity, counts) * factor,
                                rtol=1e-9)
+
+
+
+def textbook_filling(lengths, pair_link, counts, capacity):
+    """Progressive filling over every (class, link) pair, none left out."""
+    num = len(lengths)
+    out = np.where(lengths == 0, np.inf, 0.0)
+    pair_class = np.repeat(np.arange(num), lengths)
+    residual = capacity.astype(np.float64)
+    full = capacity * 1e-9
+    weight = np.asarray(counts, dtype=np.float64)[pair_class]
+    level = 0.0
+    while len(pair_class):
+        load = np.bincount(pair_link, weights=weight, minlength=len(capacity))
+        used = load > 0
+        share = residual[used] / load[used]
+        delta = share.min()
+        level += delta
+        residual -= delta * load
+        newly = np.zeros(num, dtype=bool)
+        newly[pair_class[(used & (residual <= full))[pair_link]]] = True
+        if not newly.any():
+            tight = used.copy()
+            tight[used] = share <= delta * (1 + 1e-12)
+            newly[pair_class[tight[pair_link]]] = True
+        out[newly] = level
+        keep = ~newly[pair_class]
+        pair_class, pair_link, weight = pair_class[keep], pair_link[keep], weight[keep]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**6), classes=st.integers(1, 400), shared=st.integers(1, 60))
+def test_leaving_out_dominated_private_links_changes_no_rate(seed, classes, shared):
+    """Large problems leave out the links only one class crosses but its narrowest (maxmin._drop_dominated; here
+    every problem): the rates are the textbook filling's, bit for bit."""
+    from simcomm.engine import maxmin
+    from simcomm.engine.maxmin import max_min_rates_csr
+    saved, maxmin._PRIVATE_FROM = maxmin._PRIVATE_FROM, 0
+    rng = np.random.default_rng(seed)
+    own = rng.integers(1, 5, classes)  # each class's private links
+    cross = rng.integers(0, 3, classes)  # and shared ones
+    cross = np.minimum(cross, shared)
+    lengths = own + cross
+    links, next_private = [], shared
+    for o, x in zip(own, cross):
+        links.append(np.r_[np.arange(next_private, next_private + o), rng.choice(shared, x, replace=False)])
+        next_private += o
+    flat = np.concatenate(links).astype(np.int64)
+    capacity = rng.choice([12e9, 24e9, 48e9, 48e9, 370e9], next_private).astype(float)
+    counts = rng.integers(1, 4, classes).astype(float)
+    starts = np.cumsum(lengths) - lengths
+    try:
+        got = max_min_rates_csr(lengths, starts, flat, counts, capacity)
+    finally:
+        maxmin._PRIVATE_FROM = saved
+    assert np.array_equal(got, textbook_filling(lengths, flat, counts, capacity))

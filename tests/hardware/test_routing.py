@@ -126,3 +126,33 @@ def test_any_route_has_positive_cost_and_is_cached(preset, nodes, data):
     rid = c.route_id(a, b)
     assert c.route_id(a, b) == rid and c.route_latency[rid] == lat
     assert np.array_equal(c.route(a, b), c.route_links[rid])
+
+
+@pytest.mark.parametrize("fabric,opts", [("rail-optimised", {"leaf_ports": 4}), ("fat-tree", {"leaf_ports": 8}),
+                                         ("rail-optimised", {"leaf_ports": 2, "oversubscription": 2.0})])
+def test_leaf_spine_routes_by_symmetry_equal_the_search(fabric, opts):
+    """A two-tier leaf-spine is routed in bulk by its shape; the switch-by-switch search (any fabric) gives the
+    same hops, ECMP choices included."""
+    c = build_cluster("hgx-h100", 12, fabric=fabric, fabric_options=opts)
+    fab = c._fabric_paths
+    assert fab.clos is not None
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, c.num_ranks, 2000), rng.integers(0, c.num_ranks, 2000)
+    keep = src // 8 != dst // 8
+    src, dst = src[keep], dst[keep]
+    nic = np.asarray(c.template.endpoint_nic)
+    a, b = fab.attach[src // 8, nic[src % 8]], fab.attach[dst // 8, nic[dst % 8]]
+    lengths, links = fab.middle(a, b, src * 1_000_003 + dst)
+    got = np.split(links, np.cumsum(lengths)[:-1])
+    assert (lengths == 2).any()
+    for k in range(len(src)):
+        want = fab.path(int(a[k]), int(b[k]), int(src[k]) * 1_000_003 + int(dst[k])) if a[k] != b[k] else []
+        assert got[k].tolist() == want
+
+
+def test_route_latency_is_the_sum_of_its_links():
+    for preset in list_presets():
+        c = build_cluster(preset, 3)
+        rids = c.route_ids(np.repeat(np.arange(c.num_ranks), c.num_ranks), np.tile(np.arange(c.num_ranks), c.num_ranks))
+        for r in np.unique(rids).tolist():
+            assert c.route_latency[r] == c.link_latency[c.route_links[r]].sum()

@@ -97,3 +97,25 @@ def test_each_bound_is_below_the_next_and_the_step():
 def test_a_1f1b_compute_bound_is_the_schedule_makespan_of_uniform_passes():
     layout = SimpleNamespace(dims=SimpleNamespace(pp=4), chunks=1, microbatches=8)
     assert search.compute_bound(layout, lambda r, c, ph: 1.0 if ph == "F" else 2.0, 0.5) == (8 + 4 - 1) * 3 + 0.5
+
+
+def test_a_plan_on_ray_is_the_local_plan(planned, fake_ray):
+    """simcomm plan --ray: the same layouts, bounds and step times as local workers (the Ray stand-in runs the
+    tasks on fresh worker processes, each set up once with the cluster and the model)."""
+    cluster, model, base, res = planned
+    space = search.SearchSpace(micro_batch_size=(1, 2), recompute=(None, "full"))
+    on_ray = search.plan(model, base, cluster, space, simulate_at_least=4, max_simulate=40, ray=True,
+                         ray_address="ray://head:10001")
+    assert [(r["layout"], r.get("step_time"), r.get("bound")) for r in on_ray.rows] == \
+        [(r["layout"], r.get("step_time"), r.get("bound")) for r in res.rows]
+    assert fake_ray.inits[0]["address"] == "ray://head:10001" and fake_ray.tasks > 2
+
+
+def test_a_plan_on_ray_without_ray(monkeypatch):
+    import sys
+
+    from simcomm.errors import SimcommError
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(SimcommError, match="running a plan on Ray needs the ray extra"):
+        search.plan(model_preset("llama3-8b", num_layers=8), TrainingConfig(global_batch_size=16),
+                    build_cluster("hgx-h100"), ray=True)

@@ -85,7 +85,7 @@ def test_wrong_type_and_range():
     e = error(BASE.replace("  preset: hgx-h100", "  preset: hgx-h100\n  nodes: -1"))
     assert "cluster.nodes: expected greater than or equal to 1, found -1" in str(e)
     e = error(BASE.replace("  preset: hgx-h100", "  preset: hgx-h100\n  nodes: 1000000"))
-    assert e.path == "cluster.nodes" and "less than or equal to 8192" in str(e)
+    assert e.path == "cluster.nodes" and "less than or equal to 32768" in str(e)
 
 
 def test_unknown_preset_and_fabric():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from adversarial import bounded
 from simcomm import RankFailed, SimcommError
 from simcomm.report.json_out import result_json
 from simcomm.report.table import render
@@ -167,20 +167,7 @@ def _related(a: str, b: str) -> bool:
 
 def check(case) -> None:
     """The case fails cleanly, within CASE_LIMIT_S (a watchdog thread turns a hang into a failure)."""
-    box: dict = {}
-
-    def target():
-        try:
-            _check(case)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(CASE_LIMIT_S)
-    assert not t.is_alive(), f"loading a mutated scenario took over {CASE_LIMIT_S} s: {case[0]} at {case[1]}"
-    if "error" in box:
-        raise box["error"]
+    bounded(lambda: _check(case), CASE_LIMIT_S, f"a mutated scenario: {case[0]} at {case[1]}")
 
 
 def runnable(loaded) -> bool:

@@ -1,6 +1,5 @@
 """run_scenario for each workload kind, and parameter sweeps (local pool and a stand-in Ray)."""
 import sys
-import types
 
 import pytest
 
@@ -63,26 +62,13 @@ def test_sweep_point_errors_name_the_key():
     assert "cannot set" in row["error"]
 
 
-def test_sweep_on_ray_uses_remote_tasks(monkeypatch):
-    calls = []
-    fake = types.ModuleType("ray")
-
-    class Ref:
-        def __init__(self, value):
-            self.value = value
-
-    def remote(fn):
-        calls.append(fn)
-        return types.SimpleNamespace(remote=lambda *a: Ref(fn(*a)))
-    fake.init = lambda **kw: calls.append(kw)
-    fake.remote = remote
-    fake.wait = lambda pending, num_returns: (pending[:1], pending[1:])
-    fake.get = lambda refs: [r.value for r in refs]
-    monkeypatch.setitem(sys.modules, "ray", fake)
+def test_sweep_on_ray_uses_remote_tasks(fake_ray):
     done = []
     rows = run_sweep(load_text(PERF), {"cluster.nodes": [1, 2]}, ray=True, ray_address="auto",
                      progress=lambda d, t: done.append((d, t)))
-    assert len(rows) == 2 and done == [(1, 2), (2, 2)] and calls[0]["address"] == "auto"
+    local = run_sweep(load_text(PERF), {"cluster.nodes": [1, 2]}, jobs=1)
+    assert rows == local and done == [(1, 2), (2, 2)] and fake_ray.inits[0]["address"] == "auto"
+    assert fake_ray.tasks == 2
 
 
 def test_sweep_on_ray_without_ray(monkeypatch):

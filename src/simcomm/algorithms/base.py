@@ -41,6 +41,8 @@ class Algorithm:
     why_not(cluster, coll): why it cannot run this group here, or None.
     family: which protocol latency table NCCL uses for it ("ring", "tree" or "nvls").
     nccl_kinds / gloo_kinds: collectives for which NCCL's (gloo's) own tuner would consider it.
+    alone: collective kind -> alone(sim, coll, proto, label, tags): the plan's timing in closed form when it has
+        the simulation to itself (symmetric.py), or None where that does not hold; the executor tries it first.
     """
 
     name: str
@@ -51,6 +53,7 @@ class Algorithm:
     family: str = "ring"
     nccl_kinds: tuple[str, ...] = ()
     gloo_kinds: tuple[str, ...] = field(default=())
+    alone: Mapping[str, Callable] = field(default_factory=dict)
 
     def supports(self, kind: str) -> bool:
         return kind in self.plans

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .plan import Collective
+from .plan import Collective, group_shape
 from .protocols import Protocol
 
 
@@ -25,23 +25,21 @@ class CostModel:
         self.coll = coll
         self.proto = proto
         rpn = cluster.ranks_per_node
-        ranks = np.asarray(coll.ranks)
-        node_of = ranks // rpn
-        nodes, counts = np.unique(node_of, return_counts=True)
-        self.n = len(ranks)
-        self.nodes = len(nodes)
-        self.ppn = int(counts.max())
+        shape = group_shape(cluster, coll.ranks)
+        self.n = coll.n
+        self.nodes = shape.nodes
+        self.ppn = shape.ppn
         self.rpn = rpn
         t = cluster.template
         self.intra_bw, intra_lat, self.intra_kind = cluster.intra_node
         if rpn > 2:  # neighbours in a chain or ring may sit further apart (PCIe switches): their mean route latency
-            intra_lat = float(np.mean([cluster.bottleneck(k, (k + 1) % rpn)[1] for k in range(rpn)]))
+            intra_lat = cluster.neighbour_latency
         if self.intra_bw <= 0:  # one rank per node: everything goes over the network
             self.intra_bw, self.intra_kind = math.inf, "net"
         if cluster.num_nodes > 1:
             self.path_bw, inter_lat = cluster.inter_node
-            local = ranks[node_of == nodes[0]] % rpn
-            used = len({t.endpoint_nic[int(x)] for x in local}) if t.nics else 1
+            local = shape.first_local
+            used = len(set(np.asarray(t.endpoint_nic)[local].tolist())) if t.nics else 1
             port = t.nic_bandwidth or self.path_bw
             self.node_net = used * port  # what one node's NIC ports can push out at once
             # each rank's share when all of a node's group ranks cross at once

@@ -31,12 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import unique
 from ..engine import NO_TAGS
 from ..engine.cache import BoundedCache
 from ..engine.resources import reduction_bytes
-from .chains import StepMap, advance
+from .chains import StepMap, advance, chain_step
 from .plan import Buffers, Collective, Plan, Step
 from .protocols import Protocol
+from .symmetric import has_to_itself
 
 _AMBIGUOUS = 1e-9  # relative: a closed form must not hinge on a comparison this close
 _RECENT, _RECENT_BYTES = 16, 32 << 20  # flow and chain sets an executor remembers (by identity)
@@ -266,7 +268,7 @@ class _Executor:
         off = np.full(size, -np.inf)
         lat = np.zeros(size)
         if st.chains is None:
-            if c != 1 or len(np.unique(st.dst)) != len(st.dst):
+            if c != 1 or len(unique(st.dst)) != len(st.dst):
                 return None  # a receiver with several senders (max over them): step by step
             pred[st.dst], off[st.dst], lat[st.dst] = st.src, offsets, latency
         else:
@@ -293,13 +295,22 @@ class _Executor:
         return smap
 
 
-def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol, label: str, tags=NO_TAGS):
+def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol, label: str, tags=NO_TAGS,
+            alone=None):
     """A simpy process body: run `plan` for `coll` on `sim`; returns the finish time. The collective is recorded
-    on each of its ranks with `tags`; its flows carry them too."""
+    on each of its ranks with `tags`; its flows carry them too. `alone(sim, coll, proto, label, tags)`, the
+    plan's closed form when it has the simulation to itself (symmetric.py), is tried first for size-only data."""
     ex = _Executor(sim, coll, proto, label, tags)
     start = sim.now
     if proto.base_latency > 0:
         yield sim.env.timeout(proto.base_latency)  # launch and setup, before any byte moves
+    end = alone(sim, coll, proto, label, tags) if alone is not None and not buffers.live and \
+        has_to_itself(sim) else None
+    if end is not None:
+        if end > sim.now:
+            yield sim.at(end)
+        sim.recorder.spans("collective", coll.ranks, start, sim.now, coll.nbytes, label, tags)
+        return sim.now
     ex.ready = np.full((1, coll.n), float(sim.now))  # per (channel, group rank)
     for st in plan(coll, buffers):
         left = max(int(st.repeat), 1)
@@ -334,31 +345,16 @@ def _starts(now: float, count: int, duration: float, stall: bool, work: float = 
     return starts, ends
 
 
-def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index: dict) -> np.ndarray:
+def _chain(ready: np.ndarray, st, cost: np.ndarray, t0: float, flat_index) -> np.ndarray:
     """Advance the latency clock: each flow's data is ready at the receiver when its sender was ready (or the
-    step began) plus the flow's cost (transfer time plus latency)."""
+    step began) plus the flow's cost (transfer time plus latency); with the step's chains, per (channel, rank)
+    (chains.chain_step)."""
     if st.chains is None:
         arrival = np.maximum(ready[:, st.src].max(axis=0), t0) + cost
         latest = _max_by(st.dst, arrival, ready.shape[1])
         np.maximum(ready, latest, out=ready)
         return ready
-    ch, src, dst, flow = st.chains[:4]
-    read = st.chains[4] if len(st.chains) > 4 else ch  # the clock read at the sender, if not the one written
-    channels = max(int(ch.max()), int(read.max())) + 1
-    if channels > len(ready):
-        ready = np.vstack([ready, np.repeat(ready.max(axis=0, keepdims=True), channels - len(ready), axis=0)])
-    n = ready.shape[1]
-    flat = ready.reshape(-1)
-    key = (id(st.chains), n)  # plans reuse one chain set for many steps: index it once per collective
-    idx = flat_index.get(key)
-    if idx is None or idx[0] is not st.chains:
-        idx = flat_index.put(key, (st.chains, read * n + src, ch * n + dst))
-    _, fsrc, fdst = idx
-    arrival = np.maximum(flat[fsrc], t0)
-    arrival += cost[flow]
-    # Each (channel, receiver) has one predecessor in a chain step, so plain assignment is the max.
-    flat[fdst] = np.maximum(flat[fdst], arrival)
-    return ready
+    return chain_step(ready, st.chains, cost, t0, flat_index)
 
 
 def _max_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:

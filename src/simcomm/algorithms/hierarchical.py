@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import unique
 from ..errors import AlgorithmError
 from .base import Algorithm, stepwise
 from .cost import CostModel
@@ -26,7 +27,7 @@ def node_grid(ranks: np.ndarray, rpn: int | None) -> np.ndarray | None:
     nodes = ranks // rpn
     order = np.lexsort((ranks, nodes))
     uniq, counts = np.unique(nodes, return_counts=True)
-    if (counts != rpn).any() or len(np.unique(ranks)) != len(ranks):
+    if (counts != rpn).any() or len(unique(ranks)) != len(ranks):
         return None
     return order.reshape(len(uniq), rpn)
 

@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from ..arrays import unique
 from ..errors import AlgorithmError
 from .base import Algorithm
 from .cost import CostModel
@@ -42,7 +43,7 @@ def why_not(cluster, ranks: np.ndarray) -> str | None:
         return "nvls needs the cluster (place the collective on a cluster)"
     if not cluster.template.nvls:
         return f"nvls needs NVSwitches with NVLink SHARP; {cluster.name} has none"
-    nodes = np.unique(np.asarray(ranks) // cluster.ranks_per_node)
+    nodes = unique(np.asarray(ranks) // cluster.ranks_per_node)
     if len(nodes) > 1:
         return f"nvls runs inside one node; this group spans {len(nodes)} nodes"
     return None
@@ -50,9 +51,8 @@ def why_not(cluster, ranks: np.ndarray) -> str | None:
 
 def switch_routes(cluster, ranks) -> tuple[np.ndarray, np.ndarray]:
     """Each rank's route up to its node's NVSwitch and back down (route ids), in the order of `ranks`."""
-    up, down = zip(*(cluster.switch_links(int(g)) for g in ranks))
-    return (np.array([cluster.path_route((u,)) for u in up], dtype=np.int64),
-            np.array([cluster.path_route((d,)) for d in down], dtype=np.int64))
+    up, down = cluster.switch_ports(np.asarray(ranks, dtype=np.int64))
+    return cluster.link_routes(up), cluster.link_routes(down)
 
 
 def _links(coll: Collective):

@@ -32,13 +32,10 @@ from .cost import CostModel, pipelined_end
 from .nvls import _reduce_rows, switch_routes
 from .plan import Buffers, Collective, Step
 from .reduce_ops import combine
-from .tree import _node_shapes, dtree_parents, node_members
-from .tree_schedule import choose_slices, depths
-
-# Clock rows (chains): 0 the collective's start (never written), 1 A's result, then per tree i: its up arrivals,
-# its down arrivals (a root's children write its down clock), and its final multicast.
-_START, _REDUCED, _UP, _DOWN, _FINAL = 0, 1, 2, 4, 6
-
+from .tree import _node_shapes
+from .tree_shape import node_members
+from .nvls_tree_alone import alone as _alone
+from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, UP, Layout, Shape
 
 def why_not(cluster, coll: Collective) -> str | None:
     """Why NVLS-Tree cannot run this group on this cluster (None when it can)."""
@@ -58,28 +55,6 @@ def why_not(cluster, coll: Collective) -> str | None:
     return None
 
 
-class _Layout:
-    """Elements (slice j, shard l, half i, e) of the padded buffer, slice-major so that padding falls in the last
-    slices; `true[j, l, i]` is how many of each part's `per` elements are real."""
-
-    def __init__(self, count: int, ppn: int, itemsize: int):
-        self.slices = choose_slices(count * itemsize / (2 * ppn))
-        self.per = max(1, -(-count // (self.slices * ppn * 2)))
-        base = np.arange(self.slices * ppn * 2).reshape(self.slices, ppn, 2) * self.per
-        self.true = np.clip(count - base, 0, self.per)
-        self.bytes = self.true * itemsize  # (slices, ppn, 2)
-
-
-class _Shape:
-    """The node trees: per tree, each node's parent, depth and whether it has children; D the deeper depth."""
-
-    def __init__(self, nodes: int):
-        self.parents = dtree_parents(nodes)
-        self.depths = [depths(p) for p in self.parents]
-        self.has_kids = [np.bincount(p[p >= 0], minlength=nodes) > 0 for p in self.parents]
-        self.depth = int(max(d.max() for d in self.depths))
-
-
 def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
     cluster = coll.placement.cluster
     reason = why_not(cluster, coll)
@@ -87,8 +62,8 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
         raise AlgorithmError(reason)
     grid = np.stack(node_members(coll))  # grid[k, l]: group rank of local GPU l on node k (as many on each)
     nn, ppn = grid.shape
-    lay = _Layout(coll.count, ppn, coll.itemsize)
-    shape = _Shape(nn)
+    lay = Layout(coll.count, ppn, coll.itemsize)
+    shape = Shape(nn)
     d_max, slices = shape.depth, lay.slices
     up_route, down_route = switch_routes(cluster, coll.ranks)
     local = np.empty(coll.n, dtype=np.int64)
@@ -107,9 +82,9 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
     kids = np.array([shape.has_kids[i][c] for i, c in zip(e_inst, e_child)])
     t_src = np.stack([grid[e_child], grid[e_par]], axis=1)  # (edge, direction, local index)
     t_dst = np.stack([grid[e_par], grid[e_child]], axis=1)
-    t_write = np.broadcast_to(np.stack([np.where(roots, _DOWN, _UP) + e_inst, _DOWN + e_inst], axis=1)[:, :, None],
+    t_write = np.broadcast_to(np.stack([np.where(roots, DOWN, UP) + e_inst, DOWN + e_inst], axis=1)[:, :, None],
                               t_src.shape)
-    t_read = np.broadcast_to(np.stack([np.where(kids, _UP + e_inst, _REDUCED), _DOWN + e_inst], axis=1)[:, :, None],
+    t_read = np.broadcast_to(np.stack([np.where(kids, UP + e_inst, REDUCED), DOWN + e_inst], axis=1)[:, :, None],
                              t_src.shape)
     t_reduce = np.broadcast_to(np.array([True, False])[None, :, None], t_src.shape)
 
@@ -126,7 +101,7 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
         out = []
         if t < slices:  # A on slice t: up from every GPU, its shard of the node's sum down
             out.append((ranks, ranks, np.full(coll.n, slice_bytes[t]), up_route, -1, -1, False))
-            out.append((ranks, ranks, shard_bytes[t, local], down_route, _REDUCED, _START, False))
+            out.append((ranks, ranks, shard_bytes[t, local], down_route, REDUCED, START, False))
         j = np.stack([t - 1 - d_max + e_depth, t - d_max - e_depth], axis=1)  # slice going up, going down
         on = (j >= 0) & (j < slices)
         if on.any():  # the tree edges in order, each going up then down, zero bytes where idle
@@ -136,7 +111,7 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
         j = t - 2 * d_max - 1
         if 0 <= j < slices:  # C on slice j: each GPU's shard up once, the whole slice down to every GPU
             out.append((ranks, ranks, shard_bytes[j, local], up_route, -1, -1, False))
-            out.append((ranks, ranks, np.full(coll.n, slice_bytes[j]), down_route, _FINAL, _DOWN, False))
+            out.append((ranks, ranks, np.full(coll.n, slice_bytes[j]), down_route, FINAL, DOWN, False))
         return out
 
     def build(t: int) -> Step | None:
@@ -159,7 +134,7 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
                 write, rd, reduces = write[keep], rd[keep], reduces[keep]
                 sets = ((write, rd),)
             else:  # the final multicast feeds one clock per tree (each reads its tree's down arrivals)
-                sets = ((_FINAL, _DOWN), (_FINAL + 1, _DOWN + 1)) if write == _FINAL else ((write, rd),)
+                sets = ((FINAL, DOWN), (FINAL + 1, DOWN + 1)) if write == FINAL else ((write, rd),)
             for w, r in sets:
                 if np.ndim(w) == 0 and w < 0:
                     continue
@@ -229,7 +204,7 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
         buf.rows = np.broadcast_to(_fold(buf, grid, shape, lay, coll.count), (coll.n, coll.count))
 
 
-def _fold(buf: Buffers, grid: np.ndarray, shape: _Shape, lay: _Layout, count: int) -> np.ndarray:
+def _fold(buf: Buffers, grid: np.ndarray, shape: Shape, lay: Layout, count: int) -> np.ndarray:
     """The plan's result straight from the ranks' own arrays, with its bits: each node's switch sum in rank
     order, then up each node tree, a parent combining its children in index order, deepest first."""
     nn, ppn = grid.shape
@@ -253,7 +228,7 @@ def _predict(m: CostModel, coll: Collective) -> float:
     if m.proto.name != "Simple":
         return math.inf  # NCCL has no LL/LL128 NVLS-Tree
     cluster, ppn, nodes = m.cluster, m.ppn, m.nodes
-    lay = _Layout(coll.count, ppn, coll.itemsize)
+    lay = Layout(coll.count, ppn, coll.itemsize)
     slices, half = lay.slices, float(lay.per * coll.itemsize)
     sl = 2 * ppn * half
     up, down = cluster.switch_links(int(coll.ranks[0]))
@@ -287,4 +262,4 @@ def _predict(m: CostModel, coll: Collective) -> float:
 
 
 NVLS_TREE = Algorithm("nvls_tree", {"all_reduce": nvls_tree_all_reduce}, _predict, lambda m, coll: 0.0, why_not,
-                      family="nvls", nccl_kinds=("all_reduce",))
+                      family="nvls", nccl_kinds=("all_reduce",), alone={"all_reduce": _alone})

@@ -5,6 +5,7 @@ same step to the numpy buffers (when there are any). Timing and numerics cannot 
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
@@ -72,6 +73,37 @@ class Placement:
 
 
 FLAT = Placement()
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """How a group sits on its cluster's nodes: nodes touched, the most ranks on one node, and the local ranks
+    of the first node it touches."""
+
+    nodes: int
+    ppn: int
+    first_local: np.ndarray
+
+
+_SHAPES: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+
+
+def group_shape(cluster, ranks: np.ndarray) -> GroupShape:
+    """GroupShape of `ranks` on `cluster`, remembered per cluster (the tuner weighs a dozen candidates per
+    collective, and a training step repeats its groups)."""
+    ranks = np.asarray(ranks, dtype=np.int64)
+    memo = _SHAPES.setdefault(cluster, {})
+    key = ranks.tobytes()
+    shape = memo.get(key)
+    if shape is None:
+        rpn = cluster.ranks_per_node
+        node_of = ranks // rpn
+        nodes, counts = np.unique(node_of, return_counts=True)
+        shape = GroupShape(len(nodes), int(counts.max()), ranks[node_of == nodes[0]] % rpn)
+        if len(memo) >= 1024:
+            memo.clear()
+        memo[key] = shape
+    return shape
 
 
 def channel_stride(per_node: int, channels: int) -> int:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 
 from ..errors import AlgorithmError
+from .plan import group_shape
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 
@@ -140,7 +140,6 @@ def protocol(name: str, family: str = "ring", device_kind: str = "gpu", tuning=N
 def protocol_for(name: str, family: str, cluster, coll) -> Protocol:
     """The protocol `name` for collective `coll` (placed) on `cluster`: its tuning, device, node count and, for
     NVLS's chunks, the buffer's size and the GPUs per node."""
-    rpn = cluster.ranks_per_node
-    nodes = int(np.unique(np.asarray(coll.ranks) // rpn).size) if rpn else 1
+    nodes = group_shape(cluster, coll.ranks).nodes if cluster.ranks_per_node else 1
     return protocol(name, family, cluster.device.kind, cluster.template.tuning, coll.kind, coll.n,
                     cluster.device.name, nodes, coll.nbytes, -(-coll.n // nodes))

@@ -55,11 +55,11 @@ def ring_orders(coll: Collective, channels: int | None = None) -> np.ndarray:
     orders = np.empty((channels, n), dtype=np.int64)
     local = np.arange(k)
     stride = channel_stride(k, channels)
+    even = (np.arange(len(starts)) % 2 == 0)[:, None]  # nodes in even positions go forward, odd ones back
     for c in range(channels):
         forward = (c * stride + local) % k
         backward = (c * stride - 1 - local) % k
-        for j, base in enumerate(starts):
-            orders[c, j * k:(j + 1) * k] = base + (forward if j % 2 == 0 else backward)
+        orders[c] = (starts[:, None] + np.where(even, forward[None, :], backward[None, :])).reshape(-1)
     return orders
 
 

@@ -25,7 +25,7 @@ def _gloo_plan(coll: Collective, default):
     return {"all_reduce": gloo.gloo_all_reduce, "reduce": gloo.gloo_reduce}.get(coll.kind, default)
 
 
-def _choose(sim, coll: Collective, algorithm, protocol) -> Choice:
+def choice_for(sim, coll: Collective, algorithm, protocol) -> Choice:
     """choose() with the channels its kernel holds, remembered for the run: it depends only on the cluster and
     the collective, and a training step repeats the same collectives thousands of times."""
     if coll.op.factor is not None:
@@ -63,12 +63,13 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
         check_op(coll.op, coll.dtype, "gloo" if numerics == "gloo" else "nccl")
     cluster = sim.cluster
     coll = coll.placed(cluster)
-    choice: Choice = _choose(sim, coll, algorithm, protocol)
+    choice: Choice = choice_for(sim, coll, algorithm, protocol)
     coll = replace(coll, placement=replace(coll.placement, protocol=choice.protocol))
     alg = ALGORITHMS[coll.kind][choice.algorithm]
     plan = alg.plans[coll.kind]
+    alone = alg.alone.get(coll.kind)
     if numerics == "gloo" and algorithm in (None, "ring"):
-        plan = _gloo_plan(coll, plan)
+        plan, alone = _gloo_plan(coll, plan), None
     buf = rows if isinstance(rows, Buffers) else Buffers(rows, coll.op)
     premul = numerics == "nccl"
     reducing = coll.kind in REDUCING
@@ -85,7 +86,7 @@ def run_collective(sim, coll: Collective, rows: Buffers | np.ndarray | None = No
 
     def body():
         release = sim.compute.hold(coll.ranks, choice.channels, sm_margin)  # its CTAs, on each GPU, until it ends
-        end = yield from execute(sim, coll, plan, buf, proto, name, tags)
+        end = yield from execute(sim, coll, plan, buf, proto, name, tags, alone)
         if release is not None:
             release()
         if buf.live and reducing:

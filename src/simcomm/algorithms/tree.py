@@ -27,89 +27,15 @@ import numpy as np
 
 from .base import Algorithm, stepwise
 from .cost import CostModel, pipelined_end
-from .plan import Buffers, Collective, channel_stride
+from .plan import Buffers, Collective
+from .tree_alone import alone as _alone
 from .tree_schedule import choose_slices, depths, pipelined_trees, tree_fold
-
-# The fewest bytes NCCL gives a channel, by protocol: its threads x its per-thread threshold (init.cc's maxThreads
-# and threadThresholds; enqueue.cc drops channels while nBytes < channels x threads x threshold): LL 512 x 8,
-# LL128 640 x 8, Simple 512 x 64.
-MIN_CHANNEL_BYTES = {"LL": 512 * 8, "LL128": 640 * 8, "Simple": 512 * 64}
-
-
-# ---- tree shapes (ports of NCCL's ncclGetBtree / ncclGetDtree) ----------------------------------------------
-def btree_parent(nranks: int, rank: int) -> int:
-    """Parent of `rank` in NCCL's binary tree over 0..nranks-1 (rank 0 is the root, with one child)."""
-    if rank == 0:
-        return -1
-    bit = 1
-    while bit < nranks and not bit & rank:
-        bit <<= 1
-    up = (rank ^ bit) | (bit << 1)
-    return rank ^ bit if up >= nranks else up
-
-
-def dtree_parents(nranks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Parents in NCCL's two complementary trees: the btree, and its mirror (even) or shift by one (odd)."""
-    p0 = np.array([btree_parent(nranks, r) for r in range(nranks)], dtype=np.int64)
-    if nranks % 2 == 1:
-        shifted = np.array([btree_parent(nranks, (r - 1) % nranks) for r in range(nranks)], dtype=np.int64)
-        p1 = np.where(shifted < 0, -1, (shifted + 1) % nranks)
-    else:
-        mirrored = np.array([btree_parent(nranks, nranks - 1 - r) for r in range(nranks)], dtype=np.int64)
-        p1 = np.where(mirrored < 0, -1, nranks - 1 - mirrored)
-    return p0, p1
-
-
-def node_members(coll: Collective) -> list[np.ndarray]:
-    """Group ranks on each node the group touches (nodes in order, members by global rank)."""
-    rpn = coll.placement.ranks_per_node or 1
-    nodes = coll.ranks // rpn
-    order = np.lexsort((coll.ranks, nodes))
-    _, starts = np.unique(nodes[order], return_index=True)
-    return np.split(order, starts[1:])
-
-
-def tree_channels(coll: Collective, nodes: int, per_node: int, protocol: str = "") -> int:
-    """Tree instances per direction: the placement's channels across nodes (a node's ranks inside one), at most
-    one per rank of the smallest node, and, like NCCL, fewer for small messages (each channel needs enough bytes
-    to keep its threads busy: MIN_CHANNEL_BYTES of the protocol, the placement's unless given; Simple's by
-    default)."""
-    channels = max(1, min(coll.placement.channels if nodes > 1 else per_node, per_node))
-    least = MIN_CHANNEL_BYTES.get(protocol or coll.placement.protocol, MIN_CHANNEL_BYTES["Simple"])
-    return max(1, min(channels, -(-coll.count * coll.itemsize // (2 * least))))
-
-
-def head_stride(coll: Collective, nodes: int, per_node: int) -> int:
-    """Channel c's head (the rank of a node that talks across nodes) is its local rank c x this stride
-    (plan.channel_stride)."""
-    return channel_stride(per_node, coll.placement.channels) if nodes > 1 else 1
-
-
-def double_tree_parents(coll: Collective) -> list[np.ndarray]:
-    """Parent arrays (over group ranks) of the tree instances NCCL's all-reduce uses: 2 trees x channels."""
-    members = node_members(coll)
-    nn = len(members)
-    per_node = min(len(m) for m in members)
-    channels = tree_channels(coll, nn, per_node)
-    stride = head_stride(coll, nn, per_node)
-    out = []
-    for node_parent in dtree_parents(nn):
-        for c in range(channels):
-            parent = np.full(coll.n, -1, dtype=np.int64)
-            heads = np.array([m[c * stride % len(m)] for m in members])
-            for k, m in enumerate(members):
-                chain = np.roll(m, -c * stride)  # the chain starts at this channel's head
-                parent[chain[1:]] = chain[:-1]
-                if node_parent[k] >= 0:
-                    parent[chain[0]] = heads[node_parent[k]]
-            out.append(parent)
-    return out
-
+from .tree_shape import btree_parents, double_tree_parents, dtree_parents, head_stride, tree_channels
 
 def rooted_tree_parent(coll: Collective) -> np.ndarray:
     """NCCL's binary tree over ranks relabelled so that the root is relative rank 0."""
     n = coll.n
-    rel = np.array([btree_parent(n, r) for r in range(n)], dtype=np.int64)
+    rel = btree_parents(n)
     parent = np.full(n, -1, dtype=np.int64)
     g = (np.arange(n) + coll.root) % n
     parent[g] = np.where(rel < 0, -1, (rel + coll.root) % n)
@@ -261,4 +187,5 @@ def predict_tree(m: CostModel, coll: Collective) -> float:
 
 
 TREE = Algorithm("tree", {"all_reduce": tree_all_reduce, "broadcast": tree_broadcast, "reduce": tree_reduce},
-                 predict_tree, lambda m, coll: 0.0, family="tree", nccl_kinds=("all_reduce",))
+                 predict_tree, lambda m, coll: 0.0, family="tree", nccl_kinds=("all_reduce",),
+                 alone={"all_reduce": _alone})

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from ..arrays import unique
 from .plan import Buffers, Collective, Step, step
 from .reduce_ops import combine
 
@@ -119,7 +120,7 @@ class _Edges:
         pairs, self.pair = np.unique(pair_keys, return_inverse=True)
         self.pair = self.pair.reshape(-1)
         self.pair_src, self.pair_dst = pairs // n, pairs % n
-        self.offsets = np.unique(self.offset)
+        self.offsets = unique(self.offset)
 
 
 def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], count: int, up: bool, down: bool,

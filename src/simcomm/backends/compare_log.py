@@ -8,14 +8,15 @@ error exp(mean |ln(predicted / measured)|) - 1: symmetric in over- and under-pre
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ..collective import simulate_collective
 from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
-from ..units import format_size
-from ..vocab import DTYPE_ALIASES, DTYPES, busbw_factor
-from .nccl_log import LogError, Table
+from ..units import format_size, parse_whole
+from ..vocab import DTYPE_ALIASES, DTYPES, MAX_NODES, MAX_RANKS, MAX_SIZE, busbw_factor
+from .nccl_log import LogError, Row, Table
 from .placement import torchrun_cluster
 
 MIB = 1 << 20
@@ -61,6 +62,7 @@ class Comparison:
     title: str = ""
     source: str = ""
     points: list[Point] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)  # why rows were left out -> how many
 
     def bands(self) -> list[tuple[str, float, int]]:
         """(band, geometric-mean |error|, number of sizes) for each band with sizes."""
@@ -68,6 +70,31 @@ class Comparison:
 
     def busbw(self, seconds: float, size: int) -> float:
         return size / seconds * busbw_factor(self.collective, self.ranks) / 1e9 if seconds > 0 else 0.0
+
+
+def measured_rows(table: Table, in_place: bool = False) -> tuple[list[tuple[Row, float]], Counter]:
+    """(row, measured seconds) for every row a comparison or a fit can use, and why the others are left out (a
+    time that is negative, zero, NaN or infinite; a size of zero or beyond 1 PiB) -> how many."""
+    usable, dropped = [], Counter()
+    for row in table.rows:
+        t = row.figures(in_place).time_us
+        why = ("a NaN time" if math.isnan(t) else "an infinite time" if math.isinf(t) else "a negative time"
+               if t < 0 else "a zero time" if t == 0 else "a zero size" if row.size <= 0 else
+               "a size beyond 1 PiB" if row.size > MAX_SIZE else None)
+        if why:
+            dropped[why] += 1
+        else:
+            usable.append((row, t * 1e-6))
+    return usable, dropped
+
+
+def dropped_note(source: str, dropped: Counter) -> str:
+    """'note: LOG:12: 3 rows left out: 2 with a negative time, 1 with a NaN time' ('' when none were)."""
+    if not dropped:
+        return ""
+    total = sum(dropped.values())
+    return (f"note: {source}: {total} row{'s' if total > 1 else ''} left out: "
+            + ", ".join(f"{k} with {why}" for why, k in dropped.most_common()))
 
 
 def log_dtype(name: str | None) -> str:
@@ -87,6 +114,8 @@ def cluster_for(cluster, ranks: int, nodes: int | None) -> tuple[Cluster, int]:
         raise SimcommError("the rank count of the measured run is unknown (the log does not say it); pass --ranks")
     if isinstance(cluster, Cluster):
         return cluster, cluster.num_nodes
+    if nodes is not None:
+        nodes = parse_whole(nodes, "nodes", 1, MAX_NODES)
     probe = build_cluster(cluster)
     if nodes is None:
         nodes = max(1, math.ceil(ranks / probe.ranks_per_node))
@@ -109,24 +138,28 @@ def sweep_identity(table: Table, collective: str | None = None, ranks: int | Non
     n = ranks or table.ranks or table.inferred_ranks(kind)
     if not n:
         raise LogError(f"{source}: the log does not say how many ranks ran; pass --ranks")
+    if not 1 <= n <= MAX_RANKS:
+        raise LogError(f"{source}: {n} ranks (from {'--ranks' if ranks else 'the log'}) is beyond the {MAX_RANKS} "
+                       f"simcomm simulates; pass --ranks")
     return kind, n
 
 
 def compare_table(table: Table, cluster="hgx-h100", *, nodes: int | None = None, collective: str | None = None,
                   ranks: int | None = None, algorithm: str | None = None, protocol: str | None = None,
-                  in_place: bool = False) -> Comparison:
-    """Simulate every size of `table` on `cluster` and pair it with the measurement."""
+                  in_place: bool = False, progress=None) -> Comparison:
+    """Simulate every size of `table` on `cluster` and pair it with the measurement; `progress(done, total)` after
+    each size (a size of a large run can take seconds)."""
     kind, n = sweep_identity(table, collective, ranks)
     c, nodes = cluster_for(cluster, n, nodes)
     dtype = log_dtype(table.dtype)
-    cmp = Comparison(kind, n, nodes, c.name, table.title, str(table.meta.get("source", "")))
-    for row in table.rows:
-        measured = row.figures(in_place).time_us * 1e-6
-        if not measured > 0 or row.size <= 0:
-            continue
+    rows, dropped = measured_rows(table, in_place)
+    cmp = Comparison(kind, n, nodes, c.name, table.title, str(table.meta.get("source", "")), dropped=dropped)
+    for i, (row, measured) in enumerate(rows):
         run = simulate_collective(kind, row.size, cluster=c, ranks=n, dtype=dtype,
                                   root=max(0, row.root or 0), algorithm=algorithm, protocol=protocol)
         cmp.points.append(Point(row.size, measured, run.time, run.algorithm, run.protocol))
+        if progress:
+            progress(i + 1, len(rows))
     return cmp
 
 

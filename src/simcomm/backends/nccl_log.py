@@ -72,17 +72,29 @@ class Table:
         return self.rows[0].dtype if self.rows else None
 
     def inferred_ranks(self, collective: str | None = None) -> int | None:
-        """Ranks from busbw / algbw of the largest row (nccl-tests' factor inverted), when the log has no count."""
+        """Ranks from busbw / algbw (nccl-tests' factor inverted), when the log has no count: the one whole number
+        that every row's ratio allows, given that nccl-tests prints both to 0.01 GB/s (None when the rows allow
+        none or several: a ratio near its limit says little, 1.99 could be any of 150-250 ranks)."""
         kind = collective or self.collective
-        best = max((r for r in self.rows if r.out_of_place.algbw > 0), key=lambda r: r.size, default=None)
-        if best is None or kind is None:
+        if kind is None or busbw_factor(kind, 2) == busbw_factor(kind, 3):
             return None
-        ratio = best.out_of_place.busbw / best.out_of_place.algbw
-        factor_one = busbw_factor(kind, 2) == busbw_factor(kind, 3)
-        if factor_one:
+        limit = 2.0 if kind == "all_reduce" else 1.0  # busbw / algbw = limit * (n - 1) / n
+
+        def ranks(ratio: float) -> float:
+            return limit / (limit - ratio) if ratio < limit else math.inf
+        low, high = 2.0, math.inf
+        for r in self.rows:
+            algbw, busbw = r.out_of_place.algbw, r.out_of_place.busbw
+            if not (algbw > _PRINTED and math.isfinite(algbw) and math.isfinite(busbw)):
+                continue
+            low = max(low, ranks((busbw - _PRINTED) / (algbw + _PRINTED)))
+            high = min(high, ranks((busbw + _PRINTED) / (algbw - _PRINTED)))
+        if not low <= high < math.inf or math.floor(high) != math.ceil(low):
             return None
-        n = 2 / (2 - ratio) if kind == "all_reduce" else 1 / (1 - ratio) if ratio < 1 else None
-        return None if n is None or not math.isfinite(n) else max(2, round(n))
+        return math.ceil(low)
+
+
+_PRINTED = 0.005  # GB/s: nccl-tests prints algbw and busbw with two decimals
 
 
 def canonical_collective(name: str | None) -> str | None:
@@ -127,7 +139,7 @@ def _row(tokens: list[str], columns: list[str]) -> Row | None:
             blocks[-1][name] = tok
         else:
             values[name] = tok
-    if not blocks or any(not math.isfinite(_number(b.get("time", "nan"))) for b in blocks):
+    if not blocks:
         return None
 
     def figures(b):
@@ -136,8 +148,8 @@ def _row(tokens: list[str], columns: list[str]) -> Row | None:
 
     root = values.get("root")
     count = values.get("count")
-    return Row(size, int(count.replace("_", "")) if count and _INT_RE.match(count) else None,
-               values.get("type"), values.get("redop"), int(root) if root not in (None, "") else None,
+    return Row(size, int(count.replace("_", "").replace(",", "")) if count and _INT_RE.match(count) else None,
+               values.get("type"), values.get("redop"), int(root) if root and re.fullmatch(r"-?\d+", root) else None,
                figures(blocks[0]), figures(blocks[1]) if len(blocks) > 1 else None)
 
 
@@ -225,6 +237,24 @@ def parse_text(text: str, source: str = "log") -> list[Table]:
     return tables
 
 
+def _float(value) -> float:
+    """A JSON value as a float; NaN for anything that is not a number (the row is then dropped with a note)."""
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+def _whole(value, what: str, source: str, i: int) -> int:
+    """A JSON field that holds a whole number (nccl-tests writes some as strings, such as a root of "-1")."""
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+                                       or (isinstance(value, str) and _INT_RE.match(value.removeprefix("-")))):
+        raise LogError(f"{source}: results[{i}]: {what} must be a whole number, got {value!r}"[:300])
+    return int(value.replace("_", "").replace(",", "")) if isinstance(value, str) else int(value)
+
+
 def _figures_from(obj) -> Figures | None:
     if not isinstance(obj, dict):
         return None
@@ -232,9 +262,10 @@ def _figures_from(obj) -> Figures | None:
     if time_us is None:
         return None
     wrong = obj.get("nwrong", obj.get("wrong", obj.get("#wrong", "")))
-    return Figures(float(time_us), float(obj.get("alg_bw", obj.get("algbw", math.nan))),
-                   float(obj.get("bus_bw", obj.get("busbw", math.nan))),
-                   "N/A" if wrong is None else str(int(wrong)) if isinstance(wrong, (int, float)) else str(wrong))
+    return Figures(_float(time_us), _float(obj.get("alg_bw", obj.get("algbw", math.nan))),
+                   _float(obj.get("bus_bw", obj.get("busbw", math.nan))),
+                   "N/A" if wrong is None else str(int(wrong))
+                   if isinstance(wrong, (int, float)) and math.isfinite(wrong) else str(wrong))
 
 
 def parse_json(doc, source: str = "json") -> list[Table]:
@@ -259,9 +290,11 @@ def parse_json(doc, source: str = "json") -> list[Table]:
         table = by_name.setdefault(name, Table(collective=canonical_collective(name), ranks=ranks, meta={
             "source": source, "nccl_tests_version": doc.get("version"),
             "avg_busbw": average.get("bandwidth") if isinstance(average, dict) else None}))
-        root = res.get("root")
-        table.rows.append(Row(int(res["size"]), res.get("count"), res.get("type"), res.get("redop"),
-                              None if root is None else int(root), oop, ip))
+        root, count, dtype = res.get("root"), res.get("count"), res.get("type")
+        table.rows.append(Row(_whole(res["size"], "size", source, i),
+                              None if count is None else _whole(count, "count", source, i),
+                              None if dtype is None else str(dtype), res.get("redop"),
+                              None if root is None else _whole(root, "root", source, i), oop, ip))
     if not by_name:
         raise LogError(f"{source}: the JSON document has no results")
     return list(by_name.values())

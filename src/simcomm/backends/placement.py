@@ -6,6 +6,7 @@ import dataclasses
 
 from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster, build_fabric, get_preset
+from ..vocab import MAX_RANKS_PER_NODE
 
 
 def torchrun_cluster(cluster, nproc_per_node: int, nnodes: int) -> Cluster:
@@ -17,6 +18,10 @@ def torchrun_cluster(cluster, nproc_per_node: int, nnodes: int) -> Cluster:
         return cluster
     probe = build_cluster(cluster)
     if probe.device.kind == "cpu":
+        if nproc_per_node > MAX_RANKS_PER_NODE:
+            raise SimcommError(f"{nproc_per_node} ranks per node: a {probe.name} host holds at most "
+                               f"{MAX_RANKS_PER_NODE} (as in a scenario: more threads than a user would wait for on one "
+                               f"machine); use more nodes")
         return build_cluster(cluster, nodes=nnodes, ranks_per_node=nproc_per_node)
     if nproc_per_node > probe.ranks_per_node:
         raise SimcommError(f"--nproc-per-node {nproc_per_node} exceeds the {probe.ranks_per_node} GPUs per node of "

@@ -16,21 +16,31 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .folders import benchmark_folder
 from .process import run_process
 
-RANKS = (8, 64, 256, 1024)
+RANKS = (8, 64, 256, 1024, 4096)
 COUNT = 1 << 20  # float32 elements: 4 MiB per rank
 
 
-def benchmark_folder() -> Path:
-    """benchmarks/smpi of the source tree simcomm runs from (a clone; the folder is not part of the wheel)."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "benchmarks" / "smpi"
-        if (candidate / "allreduce.c").exists():
-            return candidate
-    raise FileNotFoundError("benchmarks/smpi/ (allreduce.c, allreduce.py, star_platform.py) was not found above "
-                            f"{here}: run `simcomm bench smpi` from a clone of the repository")
+def fitting_count(ranks: int, count: int, available: float | None = None) -> int:
+    """`count` float32 per rank, halved until both programs fit in half the memory available now: the C side
+    keeps two buffers per rank (SMPI runs every rank in one process), simcomm one per rank and the result. At
+    4,096 ranks 4 MiB each would be 32 GiB for SMPI."""
+    if available is None:
+        available = _available_bytes()
+    while count > 1 and 2 * ranks * count * 4 > available / 2:
+        count //= 2
+    return count
+
+
+def _available_bytes() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            info = dict(line.split(":", 1) for line in fh)
+        return float(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return float("inf")
 
 
 def missing_tools() -> list[str]:
@@ -55,11 +65,13 @@ def _measure(cmd: list[str], cwd: Path, timeout: float, env: dict | None = None)
 
 
 def compare(ranks=RANKS, repeats: int = 3, count: int = COUNT, timeout: float = 600.0, progress=None) -> list[dict]:
-    """One row per rank count: median wall seconds and peak MB of each side, their ratios, simulated times."""
+    """One row per rank count: median wall seconds and peak MB of each side, their ratios, simulated times, and
+    the bytes per rank (`count` float32, or fewer where the machine's memory cannot hold both sides:
+    fitting_count)."""
     missing = missing_tools()
     if missing:
         raise FileNotFoundError(f"{' and '.join(missing)} not found: install SimGrid (Debian: libsimgrid-dev)")
-    folder = benchmark_folder()
+    folder = benchmark_folder("smpi", "allreduce.c")
     sys.path.insert(0, str(folder))
     from star_platform import write_platform  # noqa: E402  (the benchmark folder's generator)
     rows = []
@@ -70,16 +82,17 @@ def compare(ranks=RANKS, repeats: int = 3, count: int = COUNT, timeout: float = 
                        capture_output=True)
         for n in ranks:
             xml, hosts = write_platform(n, tmp)
+            per_rank = fitting_count(n, count)
             smpi = ["smpirun", "-np", str(n), "-platform", str(xml), "-hostfile", str(hosts),
-                    "--cfg=smpi/host-speed:1Gf", str(binary), str(count)]
-            ours = [sys.executable, str(folder / "allreduce.py"), str(n), str(count)]
+                    "--cfg=smpi/host-speed:1Gf", str(binary), str(per_rank)]
+            ours = [sys.executable, str(folder / "allreduce.py"), str(n), str(per_rank)]
             runs = {"simcomm": [], "smpi": []}
             for _ in range(repeats):  # interleaved
                 for side, cmd in (("simcomm", ours), ("smpi", smpi)):
                     runs[side].append(_measure(cmd, tmp, timeout, _PLAIN_PAGES if side == "simcomm" else None))
                     if progress:
                         progress(f"{side} {n} ranks: {runs[side][-1].get('wall_seconds', float('nan')):.2f} s")
-            rows.append(_summarise(n, runs))
+            rows.append({**_summarise(n, runs), "bytes_per_rank": 4 * per_rank})
     return rows
 
 

@@ -12,8 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError
+from ..errors import DeadlockError, MismatchError, OutOfMemoryError, RankFailed, SimcommError, user_traceback
 from . import calibrate_cmd, compare_cmd, perf, plan, torch_launch
+from .options import JOBS, NODES, usable_cores
+from .progress import with_progress
 
 EXIT_OK, EXIT_SIM, EXIT_USAGE = 0, 1, 2
 
@@ -24,16 +26,6 @@ def _tty(stream) -> bool:
 
 def _print(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
-
-
-def _progress(label: str):
-    """A rich progress bar on a terminal's stderr; None when piped."""
-    if not _tty(sys.stderr):
-        return None, None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
-    task = bar.add_task(label, total=None)
-    return bar, (lambda done, total: bar.update(task, completed=done, total=total))
 
 
 # ---- scenario files ---------------------------------------------------------------------------------------------
@@ -102,12 +94,8 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
     rank_traces = o.rank_traces or ("rank_traces" if args.rank_traces else None)
     if args.no_files:
         json_file, trace_file, plots, rank_traces = None, None, [], None
-    bar, progress = _progress(f"running {loaded.name}")
-    if bar:
-        with bar:
-            result = run_scenario(loaded, detail=args.detail, progress=progress)
-    else:
-        result = run_scenario(loaded, detail=args.detail)
+    result = with_progress(f"running {loaded.name}",
+                           lambda update: run_scenario(loaded, detail=args.detail, progress=update))
     written = write_outputs(result, out or o.dir or f"simcomm-out/{loaded.name}", json_file, trace_file,
                             plots_for(result, plots), rank_traces)
     if args.json:
@@ -214,12 +202,12 @@ def cmd_sweep(args) -> int:
     if not params:
         raise SimcommError(f"{args.scenario} has no sweep section; give parameters with --param KEY=V1,V2")
     jobs = args.jobs or (sweep.jobs if sweep else None)
-    bar, progress = _progress("sweep")
-    if bar:
-        with bar:
-            rows = run_sweep(loaded, params, jobs, args.ray is not None, args.ray or None, progress)
-    else:
-        rows = run_sweep(loaded, params, jobs, args.ray is not None, args.ray or None)
+    if jobs is not None and jobs > usable_cores():  # a scenario file travels between hosts; --jobs is checked
+        sys.stderr.write(f"note: sweep.jobs {jobs} is more than this host's {usable_cores()} cores: running "
+                         f"{usable_cores()} workers\n")
+        jobs = usable_cores()
+    rows = with_progress("sweep", lambda update: run_sweep(loaded, params, jobs, args.ray is not None,
+                                                          args.ray or None, update))
     from ..report.json_out import dumps
     doc = {"scenario": loaded.name, "parameters": params, "rows": rows}
     o = loaded.scenario.outputs
@@ -358,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Every combination of the scenario's sweep.parameters and --param values.")
     s.add_argument("scenario", help="scenario YAML file")
     s.add_argument("--param", action="append", metavar="KEY=V1,V2", help="dotted key and values (repeatable)")
-    s.add_argument("--jobs", type=int, help="local worker processes (default: every core)")
+    s.add_argument("--jobs", type=JOBS, help="local worker processes, 1 to this host's cores (default: sweep.jobs, "
+                                           "else every core)")
     s.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run on a Ray cluster (needs simcomm[ray]); ADDRESS defaults to a local one")
     s.add_argument("--out", help="also write the rows as JSON to this file (default: the scenario's outputs.json, "
@@ -368,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("presets", help="list cluster presets or describe one")
     pr.add_argument("name", nargs="?", help="describe this preset (figures, sources, overrides)")
-    pr.add_argument("--nodes", type=int, default=1, help="describe it with this many nodes")
+    pr.add_argument("--nodes", type=NODES, default=1, help="describe it with this many nodes")
     pr.add_argument("--json", action="store_true", help="print JSON")
     pr.set_defaults(func=cmd_presets)
 
@@ -395,16 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
 def rank_traceback(exc: BaseException) -> str:
     """The failing rank's traceback for a RankFailed, from the rank program's own first frame down (simcomm's
     thread machinery above it left out); "" for other errors."""
-    import traceback
-    from pathlib import Path
     orig = getattr(exc, "original", None)
     if not isinstance(exc, RankFailed) or orig is None:
         return ""
-    package = str(Path(__file__).resolve().parents[1])
-    frames = traceback.extract_tb(orig.__traceback__)
-    first = next((i for i, f in enumerate(frames) if not str(Path(f.filename).resolve()).startswith(package)), 0)
-    return (f"rank {exc.rank}: Traceback (most recent call last):\n"
-            + "".join(traceback.format_list(frames[first:]) + traceback.format_exception_only(orig)))
+    return f"rank {exc.rank}: {user_traceback(orig)}"
 
 
 def _fail(args, exc: BaseException, code: int) -> int:

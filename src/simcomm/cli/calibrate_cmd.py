@@ -6,16 +6,16 @@ import os
 import sys
 
 from ..errors import SimcommError
+from ..units import sizes, whole, wholes
+from ..vocab import MAX_RANKS
+from .options import NODES
+from .progress import with_progress
 
 EXIT_OK = 0
 DEFAULT_SIZES = [4096 * 4 ** k for k in range(8)]  # 4 KiB .. 64 MiB
-
-
-def _sizes(text: str | None) -> list[int]:
-    from ..units import parse_size
-    if not text:
-        return DEFAULT_SIZES
-    return [parse_size(s.strip(), "--sizes") for s in text.split(",")]
+# Measuring starts one real gloo process per rank on this host, each with buffers of the measured size (all_gather's
+# output n times it): bounds that keep a measurement on a host's memory and within minutes.
+MAX_MEASURED_RANKS, MAX_MEASURED_SIZE = 64, 1 << 30
 
 
 def _saved_passes(path: str) -> list[list]:
@@ -45,12 +45,15 @@ def _measure(args) -> list[list]:
     if args.measurements:
         return [ms for path in args.measurements for ms in _saved_passes(path)]
     require_torch()
-    ranks = [int(r) for r in (args.ranks or "2,3,4").split(",")]
+    ranks = args.ranks or (2, 3, 4)
+    if max(ranks) > MAX_MEASURED_RANKS:
+        raise SimcommError(f"--ranks {max(ranks)}: measuring starts a real process per rank on this host; at most "
+                           f"{MAX_MEASURED_RANKS}")
     passes, record = [], []
     for i in range(args.repeat):
         load = os.getloadavg()[0]
         sys.stderr.write(f"calibrate: measuring gloo, pass {i + 1} of {args.repeat} (load average {load:.2f})\n")
-        ms = measure_gloo(_sizes(args.sizes), tuple(ranks), rounds=args.rounds)
+        ms = measure_gloo(args.sizes or DEFAULT_SIZES, tuple(ranks), rounds=args.rounds)
         passes.append(ms)
         record.append({"load_before": load, "load_after": os.getloadavg()[0], "points": [m.__dict__ for m in ms]})
     if args.save_measurements:
@@ -111,24 +114,31 @@ def cmd_calibrate(args) -> int:
 
 
 def _from_logs(args) -> int:
+    from collections import Counter
+
     from ..backends.calibrate.logs import calibrate_logs, table_observations
+    from ..backends.compare_log import dropped_note
     from ..backends.nccl_log import read_log
     from ..vocab import canonical_kind
     if not args.cluster:
         raise SimcommError("--from-log needs --cluster PRESET (the machine the logs were measured on)")
     ranks = None
     if args.ranks is not None:
-        if not args.ranks.isdigit() or int(args.ranks) < 2:
-            raise SimcommError(f"--ranks {args.ranks}: with --from-log, the measured run's rank count (one whole "
-                               f"number >= 2)")
-        ranks = int(args.ranks)
+        if len(args.ranks) != 1:
+            raise SimcommError(f"--ranks {','.join(map(str, args.ranks))}: with --from-log, the measured run's rank "
+                               f"count (one whole number >= 2)")
+        ranks = args.ranks[0]
     collective = canonical_kind(args.collective) if args.collective else None
     obs = []
     for log in args.from_log:
+        dropped: Counter = Counter()
         for i, t in enumerate(read_log(log)):
             obs += table_observations(t, args.cluster, args.nodes, collective=collective, ranks=ranks,
-                                      algorithm=args.algo, label=f"{log}#{i}")
-    cal = calibrate_logs(obs, args.cluster, args.out, meta={"logs": list(args.from_log)})
+                                      algorithm=args.algo, label=f"{log}#{i}", dropped=dropped)
+        if dropped:
+            sys.stderr.write(dropped_note(log, dropped) + "\n")
+    cal = with_progress("fitting", lambda update: calibrate_logs(obs, args.cluster, args.out,
+                                                                 meta={"logs": list(args.from_log)}, progress=update))
     sweeps = sorted({(o.label, o.collective, o.ranks, o.nodes) for o in obs})
     text = [f"calibrate: {len(obs)} measured sizes from {len(args.from_log)} log(s) on {args.cluster}",
             *(f"  {label}: {kind}, {n} ranks on {nodes} node(s)" for label, kind, n, nodes in sweeps),
@@ -153,17 +163,20 @@ def add_parser(sub) -> None:
                                    "overheads, efficiencies and (for logs across nodes) NIC latency and network "
                                    "efficiency to nccl-tests logs instead.")
     c.add_argument("--out", help="write the fitted profile here (YAML or .json); use it as --cluster FILE")
-    c.add_argument("--sizes", help="comma-separated sizes (default 4K,16K,...,64M)")
-    c.add_argument("--ranks", help="world sizes to measure (default 2,3,4); with --from-log, the measured run's "
-                                   "ranks when the log does not say")
-    c.add_argument("--rounds", type=int, default=7, help="rounds per point and pass (default 7)")
-    c.add_argument("--repeat", type=int, default=2, help="measurement passes, to report the noise (default 2)")
+    c.add_argument("--sizes", type=sizes(1, MAX_MEASURED_SIZE),
+                   help="comma-separated sizes, 1 B to 1 GiB (default 4K,16K,...,64M)")
+    c.add_argument("--ranks", type=wholes(2, MAX_RANKS),
+                   help=f"world sizes to measure, 2 to {MAX_MEASURED_RANKS} (default 2,3,4); with --from-log, the "
+                        "measured run's ranks when the log does not say")
+    c.add_argument("--rounds", type=whole(1, 1000), default=7, help="rounds per point and pass (default 7)")
+    c.add_argument("--repeat", type=whole(1, 100), default=2,
+                   help="measurement passes, to report the noise (default 2)")
     c.add_argument("--save-measurements", help="also write the raw measurements (JSON)")
     c.add_argument("--measurements", nargs="+", metavar="FILE",
                    help="fit these saved measurements instead of measuring (several files pool their passes)")
     c.add_argument("--from-log", nargs="+", metavar="LOG", help="nccl-tests logs to fit instead of measuring")
     c.add_argument("--cluster", help="with --from-log: the preset the logs were measured on")
-    c.add_argument("--nodes", type=int, help="with --from-log: nodes of the measured run")
+    c.add_argument("--nodes", type=NODES, help="with --from-log: nodes of the measured run")
     c.add_argument("--algo", help="with --from-log: the algorithm the logs forced (NCCL_ALGO)")
     c.add_argument("--collective", help="with --from-log: the collective, when the log does not say")
     c.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -6,6 +6,9 @@ import sys
 from pathlib import Path
 
 from ..errors import SimcommError
+from ..units import whole
+from .options import NODES, RANKS
+from .progress import with_progress
 
 EXIT_OK = 0
 
@@ -29,7 +32,7 @@ def _systems(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from ..backends.compare_log import band_errors, bands_text, compare_table, render
+    from ..backends.compare_log import band_errors, bands_text, compare_table, dropped_note, render
     from ..backends.nccl_log import read_log
     from ..vocab import canonical_kind
     if args.systems:
@@ -44,13 +47,20 @@ def cmd_compare(args) -> int:
             if not 0 <= args.table < len(tables):
                 raise SimcommError(f"{log}: --table {args.table} out of range: the log has {len(tables)} table(s)")
             tables = [tables[args.table]]
-        for t in tables:
-            comparisons.append(compare_table(t, args.cluster, nodes=args.nodes, collective=collective,
-                                             ranks=args.ranks, algorithm=args.algo, protocol=args.proto,
-                                             in_place=args.in_place))
+        for i, t in enumerate(tables):
+            def compare(update, t=t):
+                return compare_table(t, args.cluster, nodes=args.nodes, collective=collective, ranks=args.ranks,
+                                     algorithm=args.algo, protocol=args.proto, in_place=args.in_place,
+                                     progress=update)
+            comparisons.append(with_progress(f"{Path(log).name}: table {i + 1} of {len(tables)}", compare))
+    for c in comparisons:
+        if c.dropped:
+            sys.stderr.write(dropped_note(c.source or "the log", c.dropped) + "\n")
+    if not any(c.points for c in comparisons):
+        raise SimcommError("no row of the log(s) has a usable measurement (see the notes above)")
     if args.json:
         out = [{"collective": c.collective, "ranks": c.ranks, "nodes": c.nodes, "cluster": c.cluster,
-                "title": c.title, "source": c.source,
+                "title": c.title, "source": c.source, "dropped": dict(c.dropped),
                 "points": [{"size": p.size, "measured": p.measured, "predicted": p.predicted, "error": p.error,
                             "algorithm": p.algorithm, "protocol": p.protocol} for p in c.points],
                 "bands": [{"band": b, "gm_abs_error": e, "sizes": k} for b, e, k in c.bands()]}
@@ -84,14 +94,14 @@ def add_parser(sub) -> None:
                    help="compare every measured system of a systems file (e.g. calibration/systems.yaml) on its "
                         "preset, with the geometric-mean |error| pooled per system")
     c.add_argument("--system", action="append", metavar="NAME", help="with --systems: only this system (repeatable)")
-    c.add_argument("--nodes", type=int, default=None, help="nodes the run used (default: as few as hold the ranks)")
-    c.add_argument("--ranks", type=int, default=None, help="ranks, when the log does not say (default: from the "
+    c.add_argument("--nodes", type=NODES, default=None, help="nodes the run used (default: as few as hold the ranks)")
+    c.add_argument("--ranks", type=RANKS, default=None, help="ranks, when the log does not say (default: from the "
                                                             "device lines or busbw/algbw)")
     c.add_argument("--collective", help="the collective, when the log does not say")
     c.add_argument("--algo", help="force an algorithm (as NCCL_ALGO), e.g. ring for a log run with NCCL_ALGO=RING")
     c.add_argument("--proto", help="force a protocol (LL, LL128, Simple)")
     c.add_argument("--in-place", action="store_true", help="compare the in-place times (default: out-of-place)")
-    c.add_argument("--table", type=int, default=None, help="only the K-th table of each log (0-based)")
+    c.add_argument("--table", type=whole(0), default=None, help="only the K-th table of each log (0-based)")
     c.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
                    help="also draw measured and predicted busbw (default file: <log>-compare.png)")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON")

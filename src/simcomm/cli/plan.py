@@ -4,20 +4,12 @@ from __future__ import annotations
 import sys
 
 from ..errors import SimcommError
+from ..units import whole, wholes
+from ..vocab import MAX_RANKS
+from .options import JOBS
+from .progress import with_progress
 
 EXIT_OK = 0
-
-
-def _ints(text: str | None):
-    if text is None:
-        return None
-    try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise SimcommError(f"expected whole numbers separated by commas, found {text!r}") from None
-    if any(v < 1 for v in values):
-        raise SimcommError(f"expected positive whole numbers, found {text!r}")
-    return values
 
 
 def _choices(text: str | None, allowed: dict, what: str):
@@ -35,26 +27,14 @@ def _choices(text: str | None, allowed: dict, what: str):
 def _space(args):
     from ..parallel.search import SearchSpace
     default = SearchSpace()
-    given = {"tp": _ints(args.tp), "pp": _ints(args.pp), "cp": _ints(args.cp), "micro_batch_size": _ints(args.mbs),
-             "zero": _ints(args.zero),
+    given = {"tp": args.tp, "pp": args.pp, "cp": args.cp, "micro_batch_size": args.mbs, "zero": args.zero,
              "schedules": _choices(args.schedules, {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved":
                                                     "interleaved_1f1b", "interleaved_1f1b": "interleaved_1f1b"},
                                    "schedule"),
              "recompute": _choices(args.recompute, {"none": None, "selective": "selective", "full": "full"},
                                    "recomputation")}
-    if given["zero"] and any(z > 3 for z in given["zero"]):
-        raise SimcommError("--zero takes stages 0 to 3")
     return SearchSpace(**{k: v for k, v in given.items() if v is not None}, max_virtual=args.max_virtual or
                        default.max_virtual)
-
-
-def _progress():
-    if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
-        return None, None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    bar = Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
-    task = bar.add_task("planning", total=None)
-    return bar, (lambda done, total: bar.update(task, completed=done, total=total))
 
 
 def cmd_plan(args) -> int:
@@ -70,13 +50,12 @@ def cmd_plan(args) -> int:
         raise SimcommError(f"{args.scenario}: simcomm plan needs a training scenario (workload kind training), "
                            f"found kind {spec.kind}")
     model, base, cluster = model_of(spec), config_of(spec), loaded.cluster
+    if args.simulate > args.max_simulate:
+        raise SimcommError(f"--simulate {args.simulate} is more than --max-simulate {args.max_simulate}")
     space = _space(args)
-    bar, progress = _progress()
-    if bar:
-        with bar:
-            result = plan(model, base, cluster, space, args.jobs, args.simulate, args.max_simulate, progress)
-    else:
-        result = plan(model, base, cluster, space, args.jobs, args.simulate, args.max_simulate)
+    result = with_progress("planning", lambda update: plan(model, base, cluster, space, args.jobs, args.simulate,
+                                                           args.max_simulate, update, args.ray is not None,
+                                                           args.ray or None))
     rows = result.rows
     valid = [r for r in rows if "error" not in r or "step_time" in r]
     fits = result.feasible
@@ -127,19 +106,24 @@ def add_parser(sub) -> None:
                                    "layouts that fit in memory ranked by predicted step time (the best ones "
                                    "simulated in full, the rest by a lower bound).")
     p.add_argument("scenario", help="a training scenario (its workload gives the model, batch and fixed settings)")
-    p.add_argument("--jobs", type=int, help="local worker processes (default: every core)")
-    p.add_argument("--top", type=int, default=20, help="rows to print (default 20)")
-    p.add_argument("--simulate", type=int, default=16, help="simulate at least this many layouts in full")
-    p.add_argument("--max-simulate", type=int, default=64, help="and at most this many (default 64)")
-    p.add_argument("--tp", help="tensor-parallel sizes to try, e.g. 4,8 (default: divisors of a node's GPUs)")
-    p.add_argument("--pp", help="pipeline sizes (default: every divisor that fits)")
-    p.add_argument("--cp", help="context-parallel sizes (default: every divisor of the GPUs left that splits the "
-                                "sequence into 2 x cp chunks divisible by tp)")
-    p.add_argument("--mbs", help="micro-batch sizes (default 1,2,4)")
-    p.add_argument("--zero", help="ZeRO stages (default 0,1,2,3; 3 only with pp 1)")
+    p.add_argument("--jobs", type=JOBS, help="local worker processes, 1 to this host's cores (default: every core)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="search on a Ray cluster instead of local processes (needs simcomm[ray]); ADDRESS defaults "
+                        "to a local one; same result as local workers")
+    p.add_argument("--top", type=whole(1), default=20, help="rows to print (default 20)")
+    p.add_argument("--simulate", type=whole(0), default=16, help="simulate at least this many layouts in full")
+    p.add_argument("--max-simulate", type=whole(1), default=64, help="and at most this many (default 64)")
+    p.add_argument("--tp", type=wholes(1, MAX_RANKS),
+                   help="tensor-parallel sizes to try, e.g. 4,8 (default: divisors of a node's GPUs)")
+    p.add_argument("--pp", type=wholes(1, MAX_RANKS), help="pipeline sizes (default: every divisor that fits)")
+    p.add_argument("--cp", type=wholes(1, MAX_RANKS),
+                   help="context-parallel sizes (default: every divisor of the GPUs left that splits the sequence "
+                        "into 2 x cp chunks divisible by tp)")
+    p.add_argument("--mbs", type=wholes(1), help="micro-batch sizes (default 1,2,4)")
+    p.add_argument("--zero", type=wholes(0, 3), help="ZeRO stages (default 0,1,2,3; 3 only with pp 1)")
     p.add_argument("--schedules", help="1f1b,interleaved,gpipe (default: all three)")
     p.add_argument("--recompute", help="none,selective,full (default: all three)")
-    p.add_argument("--max-virtual", type=int, help="largest v for the interleaved schedule (default 8)")
+    p.add_argument("--max-virtual", type=whole(1), help="largest v for the interleaved schedule (default 8)")
     p.add_argument("--plot", help="write a PNG of step time against peak memory for every layout that fits")
     p.add_argument("--json", action="store_true", help="print every layout as JSON")
     p.add_argument("--no-interference", action="store_true",

@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
+from time import monotonic as _monotonic  # the real clock, whatever a launch patches into the time module
 from typing import Callable
+
+from . import watchdog as _watchdog
 
 EXECUTIONS = ("greenlet", "thread")
 _JOIN_S = 2.0  # after an abort, how long all rank threads together may take to unwind
@@ -68,13 +70,15 @@ class Greenlets:
 
 
 class Threads:
-    """Ranks as OS threads, one semaphore each, and the baton."""
+    """Ranks as OS threads, one semaphore each, and the baton; a Watchdog (if given) looks at a rank that keeps the
+    baton long (see watchdog.py)."""
 
-    def __init__(self, nprocs: int):
+    def __init__(self, nprocs: int, watchdog: _watchdog.Watchdog | None = None):
         self.nprocs = nprocs
         self._resume = [threading.Semaphore(0) for _ in range(nprocs)]
         self._baton = threading.Semaphore(0)
         self._threads: list[threading.Thread] = []
+        self.watchdog = watchdog
 
     def start(self, main: Callable[[int], None]) -> None:
         """Start a waiting thread per rank; raises RuntimeError (after cleaning up) if the OS refuses one."""
@@ -100,8 +104,19 @@ class Threads:
         return len(self._threads)
 
     def turn(self, rank: int) -> None:
+        """Run rank until it hands back; raises DeadlockError if the watchdog finds it blocked for good."""
         self._resume[rank].release()
-        self._baton.acquire()
+        if self.watchdog is None:
+            self._baton.acquire()
+            return
+        self.watchdog.start(rank)
+        while not self._baton.acquire(timeout=_watchdog.WATCH_S):
+            self.watchdog.tick(rank, self._threads[rank])
+
+    def frames(self) -> dict:
+        """rank -> its thread's innermost frame (ranks whose thread runs)."""
+        frames = sys._current_frames()
+        return {r: frames[t.ident] for r, t in enumerate(self._threads) if t.ident in frames}
 
     def hand_back(self, rank: int) -> None:
         self._baton.release()
@@ -111,10 +126,10 @@ class Threads:
         """Wake every unfinished rank (the runtime makes it raise `unwind` at once) and let the threads end."""
         for r in unfinished:
             self._resume[r].release()
-        deadline = time.monotonic() + _JOIN_S
+        deadline = _monotonic() + _JOIN_S
         for t in self._threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+            t.join(timeout=max(0.0, deadline - _monotonic()))
 
 
-def make(execution: str, nprocs: int):
-    return Greenlets(nprocs) if execution == "greenlet" else Threads(nprocs)
+def make(execution: str, nprocs: int, watchdog: _watchdog.Watchdog | None = None):
+    return Greenlets(nprocs) if execution == "greenlet" else Threads(nprocs, watchdog)

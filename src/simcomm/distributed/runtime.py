@@ -20,6 +20,7 @@ from contextvars import ContextVar
 
 from ..errors import DeadlockError, RankFailed, SimcommError
 from .execution import EXECUTIONS, default_execution, make
+from .watchdog import Watchdog, user_frame, where
 
 # (runtime, rank) of the running rank program; each greenlet and each thread has its own context.
 _current: ContextVar = ContextVar("simcomm_rank", default=None)
@@ -40,6 +41,11 @@ def current():
     return here
 
 
+def calling_rank():
+    """(runtime, rank) of the calling rank program, or None outside one."""
+    return _current.get()
+
+
 class RankRuntime:
     """Ranks (greenlets or threads, see execution.py), one baton, and the simulation they share."""
 
@@ -51,7 +57,8 @@ class RankRuntime:
         if execution not in EXECUTIONS:
             raise SimcommError(f"execution must be one of {', '.join(EXECUTIONS)}, got {execution!r}")
         self.execution = execution
-        self._ranks = make(execution, nprocs)
+        self.parent = _current.get()  # (runtime, rank) of the rank that started this run, if a rank did
+        self._ranks = make(execution, nprocs, Watchdog(self._describe_waiting, self.parent is not None))
         self._ready: deque[int] = deque()
         self._polling: dict[int, object] = {}  # rank -> what it polls for; resumed after the next step
         self.waiting: dict[int, str] = {}
@@ -139,7 +146,10 @@ class RankRuntime:
         try:
             while True:
                 while self._ready and self._error is None:
-                    self._ranks.turn(self._ready.popleft())
+                    try:
+                        self._ranks.turn(self._ready.popleft())
+                    except DeadlockError as exc:  # the watchdog: a rank blocked outside the simulator
+                        self._error = exc
                 if self._error is not None:
                     raise self._error
                 if len(self.finished) == self.nprocs:
@@ -185,6 +195,13 @@ class RankRuntime:
         runtime), so its cleanup code runs and cannot hold the run up."""
         self.aborted = True
         self._ranks.stop(_Aborted, [r for r in range(self.nprocs) if r not in self.finished])
+
+    def _describe_waiting(self) -> dict[int, str]:
+        """rank -> what it waits for in the simulator and where its program is (for the watchdog's report)."""
+        frames = self._ranks.frames()
+        return {r: f"waits in {w() if callable(w) else w}"
+                + (f" at {where(user_frame(frames[r]))}" if r in frames else "")
+                for r, w in sorted(self.waiting.items())}
 
     def _deadlock(self) -> DeadlockError:
         waiting = {r: (w() if callable(w) else w) for r, w in sorted(self.waiting.items())}

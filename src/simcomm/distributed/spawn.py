@@ -10,10 +10,11 @@ from .groups import GroupRegistry
 from .p2p import P2PMatcher, UnmatchedP2PWarning
 from .rendezvous import CollectiveRendezvous
 from .runtime import RankRuntime
-from ..engine import Activity, Simulation
+from ..engine import Activity, Simulation, resolve_detail
 from ..session import Session
 from ..errors import SimcommError
 from ..hardware import Cluster, build_cluster
+from ..vocab import MAX_RANKS_PER_NODE
 
 
 MAX_RANKS = 16384  # a greenlet (or a thread) per rank
@@ -46,7 +47,12 @@ def resolve_cluster(cluster, nprocs: int | None) -> Cluster:
         return cluster
     if not isinstance(cluster, str):
         raise SimcommError(f"cluster must be a preset name or a simcomm Cluster, got {cluster!r}")
-    if cluster == "cpu-host":
+    if cluster == "cpu-host":  # one host with a process per rank
+        if nprocs is not None and nprocs > MAX_RANKS_PER_NODE:
+            raise SimcommError(f"nprocs={nprocs}: cpu-host is one host, which holds at most {MAX_RANKS_PER_NODE} "
+                               f"ranks (as in a scenario: more threads than a user would wait for on one machine); "
+                               f"pass a Cluster of several hosts, e.g. build_cluster('cpu-host', nodes=N, "
+                               f"ranks_per_node=K)")
         return build_cluster("cpu-host", ranks_per_node=nprocs or 4)
     probe = build_cluster(cluster)
     nodes = max(1, math.ceil((nprocs or probe.num_ranks) / probe.ranks_per_node))
@@ -57,7 +63,7 @@ START_METHODS = ("spawn", "fork", "forkserver")
 
 
 def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorithm=None, protocol=None,
-          numerics: str | None = None, detail: str = "flows", join: bool = True, daemon: bool = False,
+          numerics: str | None = None, detail: str | None = None, join: bool = True, daemon: bool = False,
           start_method: str = "spawn", execution: str | None = None) -> SpawnResult:
     """Run fn(rank, *args) for every rank on a simulated cluster and return a SpawnResult.
 
@@ -66,8 +72,14 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     cluster: a preset name ("hgx-h100", "cpu-host", ...) or a Cluster; nprocs defaults to all its ranks.
     algorithm / protocol force NCCL_ALGO / NCCL_PROTO (algorithm may be a dict per collective kind).
     numerics: "gloo" (bitwise gloo ring order) or "nccl"; the default follows the cluster (CPU -> gloo).
+    detail: what the timeline keeps, "flows" (every flow, and each link's load) or "steps"; by default every flow
+    up to 64 ranks and steps beyond (engine.resolve_detail), so a large run costs no more than "steps" unless
+    its flows are asked for.
     execution: how ranks keep their call stacks, "greenlet" (fast) or "thread" (for libraries with per-thread
     state, such as torch's grad mode); by default greenlets unless torch is loaded (see distributed/execution.py).
+
+    A failed run raises its SimcommError (RankFailed, DeadlockError, ...) with two more attributes: simulated_time
+    (when it stopped) and finished (the ranks whose function had returned).
     """
     if start_method not in START_METHODS:
         raise SimcommError(f"start_method={start_method!r}: expected one of {', '.join(START_METHODS)}, as "
@@ -81,7 +93,7 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     n = int(nprocs) if nprocs is not None else c.num_ranks
     if not 1 <= n <= c.num_ranks:
         raise SimcommError(f"nprocs={n} does not fit {c.name}, which has {c.num_ranks} ranks")
-    session = Session(c, detail=detail, algorithm=algorithm, protocol=protocol,
+    session = Session(c, detail=resolve_detail(detail, n), algorithm=algorithm, protocol=protocol,
                       numerics=numerics or ("gloo" if c.device.kind == "cpu" else "nccl"))
     sim = session.sim
     rt = RankRuntime(sim, n, execution)
@@ -89,7 +101,11 @@ def spawn(fn, args=(), nprocs: int | None = None, cluster="hgx-h100", *, algorit
     rt.services["groups"] = GroupRegistry(n)
     rt.services["p2p"] = matcher = P2PMatcher(session)
     rt.services["collectives"] = CollectiveRendezvous(rt)
-    results = rt.run(fn, args)
+    try:
+        results = rt.run(fn, args)
+    except SimcommError as exc:
+        exc.simulated_time, exc.finished = sim.now, sorted(rt.finished)
+        raise
     unmatched = matcher.unmatched()
     if unmatched:  # NCCL would hang at teardown on these
         shown = "; ".join(unmatched[:8]) + (f"; and {len(unmatched) - 8} more" if len(unmatched) > 8 else "")

@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import unique
+
 
 def _table_pays(bound: int, size: int) -> bool:
     return bound <= 4 * size + (1 << 20)
 
 
+def _table_finds(bound: int, size: int) -> bool:
+    return bound <= 32 * size + (1 << 16)  # a bool table and a scan beat a sort by far below this
+
+
 def distinct(ids: np.ndarray, bound: int) -> np.ndarray:
     """np.unique(ids) for ids in [0, bound)."""
-    if not _table_pays(bound, len(ids)):
-        return np.unique(ids)
+    if not _table_finds(bound, len(ids)):
+        return unique(ids)
     seen = np.zeros(bound, dtype=bool)
     seen[ids] = True
     return np.flatnonzero(seen)

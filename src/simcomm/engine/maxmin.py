@@ -10,6 +10,7 @@ import numpy as np
 from .ids import factorize
 
 _SATURATED = 1e-9  # relative residual below which a link counts as full
+_PRIVATE_FROM = 1 << 14  # pairs from which dropping dominated private links pays
 
 
 def max_min_rates(class_links: list[np.ndarray], counts: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -52,6 +53,8 @@ def _fill(lengths: np.ndarray, pair_link_global: np.ndarray, counts: np.ndarray,
     residual = capacity[links].astype(np.float64)
     full = capacity[links] * _SATURATED
     weight = np.asarray(counts, dtype=np.float64)[pair_class]
+    if len(pair_link) > _PRIVATE_FROM:
+        pair_class, pair_link, weight = _drop_dominated(lengths, pair_class, pair_link, weight, residual)
     level = 0.0
     while len(pair_class):
         load = np.bincount(pair_link, weights=weight, minlength=len(links))
@@ -71,3 +74,24 @@ def _fill(lengths: np.ndarray, pair_link_global: np.ndarray, counts: np.ndarray,
         keep = ~newly[pair_class]
         pair_class, pair_link, weight = pair_class[keep], pair_link[keep], weight[keep]
     return rates
+
+
+def _drop_dominated(lengths, pair_class, pair_link, weight, capacity):
+    """Leave out the links only one class crosses, except one of its narrowest: such links carry the same load, so
+    the narrowest always has the smallest share and saturates first (its residual stays the smallest: the same
+    amounts come off each; equal ones saturate together), and the others never decide a round. A 131,072-GPU step whose every flow crosses
+    six links of its own then fills over about a third of the pairs; the rates are the same floats."""
+    private = np.bincount(pair_link, minlength=len(capacity))[pair_link] == 1
+    if not private.any():
+        return pair_class, pair_link, weight
+    own = np.where(private, capacity[pair_link], np.inf)
+    nonempty = lengths > 0
+    starts = (np.cumsum(lengths) - lengths)[nonempty]
+    narrowest = np.full(len(lengths), np.inf)
+    narrowest[nonempty] = np.minimum.reduceat(own, starts)
+    # one narrowest private link per class (equal ones saturate together: the same floats come off each)
+    index = np.where(private & (own == narrowest[pair_class]), np.arange(len(own)), len(own))
+    first = np.full(len(lengths), len(own))
+    first[nonempty] = np.minimum.reduceat(index, starts)
+    keep = ~private | (np.arange(len(own)) == first[pair_class])
+    return pair_class[keep], pair_link[keep], weight[keep]

@@ -19,6 +19,8 @@ from typing import Mapping
 import numpy as np
 import simpy
 
+from ..arrays import unique
+
 from .cache import BoundedCache
 from .ids import distinct, factorize
 from .maxmin import max_min_rates_csr
@@ -82,7 +84,6 @@ class FlowNetwork:
         self._index = np.empty(0, dtype=np.int64)  # position of each flow inside its batch
         self._batches: dict[int, Transfer] = {}
         self._next_bid = 0
-        self._latency = np.empty(0)  # numpy mirror of cluster.route_latency
         self._updated = 0.0
         self._generation = 0  # of the live flow set: a pending finish timer is stale once it moves on
         self._resolve_pending = False
@@ -90,13 +91,14 @@ class FlowNetwork:
         self._links_cache = BoundedCache()  # pattern -> links crossed
         self._memo: _Memo | None = None
         self._rates_cache = BoundedCache()  # live batches -> max-min rates
-        self._live_links: np.ndarray | None = None  # bool per link crossed by a live flow (None: stale)
+        self._live_count = np.zeros(cluster.num_links, dtype=np.int64)  # live flows crossing each link
         # Closed forms (engine/replay.py): trajectories by pattern, replays holding links, batches being learned.
         self._solo_cache = BoundedCache(max_entries=1024)  # pattern and bytes -> Trajectory
         self._replays: dict[int, Replay] = {}
         self._next_rid = 0
         self._owner = np.full(cluster.num_links, -1, dtype=np.int64)  # replay holding each link (see _owners)
         self._owner_stale = False
+        self._owned = np.empty(0, dtype=np.int64)  # the links _owner marks
         self._key_memo: tuple | None = None  # the last uniform solo key (a plan repeating its step reuses it)
         self._learning: dict[int, Learning] = {}  # batch id -> its recording
         self._learner = np.full(cluster.num_links, -1, dtype=np.int64)  # learning batch on each link
@@ -226,10 +228,7 @@ class FlowNetwork:
         return key
 
     def _latency_table(self) -> np.ndarray:
-        lat = self.cluster.route_latency
-        if len(self._latency) != len(lat):
-            self._latency = np.asarray(lat, dtype=np.float64)
-        return self._latency
+        return self.cluster.route_latency
 
     def _route_links(self, routes: np.ndarray) -> np.ndarray:
         """Every link id the given route ids cross (with repeats)."""
@@ -246,13 +245,16 @@ class FlowNetwork:
         return distinct(self._route_links(distinct(route, len(self.cluster.route_links))), self.cluster.num_links)
 
     def _live_overlaps(self, links: np.ndarray) -> bool:
-        if not len(self._route):
-            return False
-        if self._live_links is None:
-            mask = np.zeros(self.cluster.num_links, dtype=bool)
-            mask[self._route_links(distinct(self._route, len(self.cluster.route_links)))] = True
-            self._live_links = mask
-        return bool(self._live_links[links].any())
+        return bool(len(self._route)) and bool((self._live_count[links] > 0).any())
+
+    def _count_live(self, routes: np.ndarray, sign: int) -> None:
+        """Flows on `routes` become live (sign 1) or stop being live (-1): the per-link counts follow, at the cost
+        of the links those flows cross (a 131,072-GPU cluster has 1.5 million links)."""
+        on = self._route_links(routes)
+        if 8 * len(on) > len(self._live_count):
+            self._live_count += sign * np.bincount(on, minlength=len(self._live_count))
+        elif len(on):
+            np.add.at(self._live_count, on, sign)
 
     def _claim(self, links: np.ndarray | None) -> None:
         """A batch on `links` (None: anywhere) is starting: replays on them become live flows, batches learning
@@ -265,12 +267,12 @@ class FlowNetwork:
             return
         owners = self._owners()[links] if self._replays else links[:0]
         if (owners >= 0).any():
-            for rid in np.unique(owners[owners >= 0]).tolist():
+            for rid in unique(owners[owners >= 0]).tolist():
                 self._cut(self._replays[rid], live=True)
         if self._learning:
             learners = self._learner[links]
             if (learners >= 0).any():
-                for bid in np.unique(learners[learners >= 0]).tolist():
+                for bid in unique(learners[learners >= 0]).tolist():
                     self._forget(bid)
 
     # ---- live flows ----------------------------------------------------------------------------------------
@@ -290,7 +292,7 @@ class FlowNetwork:
                t.weight if index is None else t.weight[index], np.full(n, bid),
                np.arange(n) if index is None else index)
         self._generation += 1  # any pending finish timer was computed for the old flow set
-        self._live_links = None
+        self._count_live(new[0], 1)
         if len(self._route):
             for name, arr in zip(_LIVE, new):
                 setattr(self, name, np.concatenate([getattr(self, name), arr]))
@@ -321,7 +323,7 @@ class FlowNetwork:
         if not len(self._route):
             return
         # Batch ids are ascending in the live arrays, so one batch means equal ends.
-        bids = [int(self._bid[0])] if self._bid[0] == self._bid[-1] else np.unique(self._bid).tolist()
+        bids = [int(self._bid[0])] if self._bid[0] == self._bid[-1] else unique(self._bid).tolist()
         if unchanged:
             if self._learning:
                 self._record_rates(len(bids) == 1)
@@ -378,7 +380,7 @@ class FlowNetwork:
         for name in _LIVE:
             arr = getattr(self, name)
             setattr(self, name, arr[:0] if not keep.any() else arr[keep])
-        self._live_links = None
+        self._count_live(freed, -1)
         # Max-min rates decompose over flows that share no link: if none of the live flows crossed a link of the
         # ones that ended, their rates stay (a pipelined tree's NVLink hops end before its NIC hops, and vice versa).
         self._solve(unchanged=len(self._route) > 0 and not self._live_overlaps(self._links_crossed(freed)))
@@ -391,7 +393,7 @@ class FlowNetwork:
         if not len(bid):
             return
         single = bid[0] == bid[-1]
-        for b in ([int(bid[0])] if single else np.unique(bid).tolist()):
+        for b in ([int(bid[0])] if single else unique(bid).tolist()):
             t = self._batches[b]
             sel = slice(None) if single else bid == b
             rec = self._learning.get(b)
@@ -434,11 +436,13 @@ class FlowNetwork:
 
     def _owners(self) -> np.ndarray:
         """The replay holding each link (-1: none), brought up to date only when asked: a plan that replays step
-        after step on an otherwise idle network never needs it."""
+        after step on an otherwise idle network never needs it. Only the links marked before are cleared."""
         if self._owner_stale:
-            self._owner.fill(-1)
+            self._owner[self._owned] = -1
             for rid, rep in self._replays.items():
                 self._owner[rep.links] = rid
+            self._owned = np.concatenate([rep.links for rep in self._replays.values()]) if self._replays \
+                else self._owned[:0]
             self._owner_stale = False
         return self._owner
 

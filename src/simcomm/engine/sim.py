@@ -36,13 +36,17 @@ class Simulation:
 
     `closed_form` lets the collective executor time runs of identical steps in closed form ("steps" detail
     only); turning it off forces the step-by-step path, which gives the same times (tests compare the two).
+    `symmetric` (with closed_form) lets a collective that has the simulation to itself be timed on one of each
+    alike part of the cluster (algorithms/symmetric.py): the same times up to float rounding.
     `interference`: compute and communication share each GPU's SMs (engine/sharing.py); None takes the
     cluster's `tuning.interference`.
     """
 
-    def __init__(self, cluster, detail: str = "flows", closed_form: bool = True, interference: bool | None = None):
+    def __init__(self, cluster, detail: str = "flows", closed_form: bool = True, symmetric: bool = True,
+                 interference: bool | None = None):
         self.cluster = cluster
         self.closed_form = closed_form
+        self.symmetric = symmetric
         self.env = CountingEnvironment()
         self.recorder = Recorder(cluster, detail)
         self.network = FlowNetwork(self.env, cluster, self.recorder)

@@ -22,6 +22,15 @@ import numpy as np
 from ..errors import SimcommError
 
 DETAILS = ("flows", "steps")  # what a Recorder keeps: every flow, or only aggregated steps
+AUTO_FLOWS_MAX_RANKS = 64  # detail "auto" records every flow up to this many ranks
+
+
+def resolve_detail(requested: str | None, ranks: int) -> str:
+    """Detail "auto" (or None) records every flow up to AUTO_FLOWS_MAX_RANKS ranks, only steps beyond: a large
+    run costs no more than "steps" unless every flow is asked for."""
+    if requested in (None, "auto"):
+        return "flows" if ranks <= AUTO_FLOWS_MAX_RANKS else "steps"
+    return requested
 
 
 @dataclass(frozen=True)

@@ -2,114 +2,20 @@
 
 Links are numbered so the engine can keep per-link state in numpy arrays:
 node k's template link j is `k * L + j`; NIC i of node k has an uplink `P + 2*(k*nics + i)` and a downlink one
-above it; fabric link j is `F + j`. Routes are computed hierarchically (inside the node from the template, across
-the fabric by breadth-first search between switches), so a 16,384-GPU cluster never needs all-pairs paths.
+above it; fabric link j is `F + j`. Routes are computed hierarchically and in bulk (inside the node from the
+template's path tables, paths.py; across the fabric by its symmetry or breadth first, routes.py), so a 131,072-GPU
+cluster never needs all-pairs paths, and building one costs what its links do.
 """
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
+from ..arrays import unique
 from .model import Fabric, HardwareError, NodeTemplate
-
-
-_M64 = (1 << 64) - 1
-
-
-def _mix(x: int) -> int:
-    """splitmix64's finaliser: a fixed, well-spread hash, so ECMP choices do not collide on regular patterns."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
-@dataclass(frozen=True)
-class _SwitchGraph:
-    """The fabric's switches as arrays: switch i's out-links are link[ptr[i]:ptr[i+1]] to nbr[...]; the
-    switches with a link into i are rsrc[rptr[i]:rptr[i+1]]."""
-
-    index: dict
-    ptr: np.ndarray
-    nbr: np.ndarray
-    link: np.ndarray
-    rptr: np.ndarray
-    rsrc: np.ndarray
-
-
-def _shortest_paths(g: dict, source) -> dict:
-    """Dijkstra from source over g (vertex -> {next: (index, weight)}): vertex -> path, ties broken as networkx's
-    single_source_dijkstra_path breaks them (first found, neighbours in insertion order), so routes do not move.
-    Written here because importing networkx for it cost every simcomm process 75 ms at start."""
-    dist: dict = {}
-    seen = {source: 0.0}
-    paths = {source: [source]}
-    heap = [(0.0, 0, source)]
-    counter = 1
-    while heap:
-        d, _, v = heapq.heappop(heap)
-        if v in dist:
-            continue
-        dist[v] = d
-        for u, (_, cost) in g[v].items():
-            vu = d + cost
-            if u in dist:
-                continue
-            if u not in seen or vu < seen[u]:
-                seen[u] = vu
-                heapq.heappush(heap, (vu, counter, u))
-                counter += 1
-                paths[u] = paths[v] + [u]
-    return paths
-
-
-def _template_paths(t: NodeTemplate) -> tuple[dict, dict, dict]:
-    """Local paths as tuples of template link indices: the widest path (highest bottleneck bandwidth, as NCCL's
-    topology search prefers NVLink over PCIe), then the lowest latency, then the fewest hops.
-
-    Returns (endpoint->endpoint, endpoint->its NIC, its NIC->endpoint). Endpoints never carry transit traffic:
-    each endpoint is split into a source vertex (out-links only) and a sink vertex (in-links only), so one
-    Dijkstra per source finds every path, and no path can pass through a third endpoint.
-    """
-    endpoints = set(t.endpoints)
-    out = {e: ("out", e) for e in endpoints}
-    sink = {e: ("in", e) for e in endpoints}
-    widths = sorted({link.bandwidth for link in t.links}, reverse=True)
-    graphs = []
-    for width in widths:
-        g: dict = {}  # vertex -> {next vertex: (link index, weight)}, in insertion order
-        for j, link in enumerate(t.links):
-            if link.bandwidth >= width:
-                # A tiny per-hop term breaks latency ties in favour of fewer hops.
-                u, v = out.get(link.src, link.src), sink.get(link.dst, link.dst)
-                g.setdefault(u, {})[v] = (j, link.latency + 1e-12)
-                g.setdefault(v, {})
-        graphs.append(g)
-    found: dict[object, dict] = {}
-
-    def paths_from(a) -> list[dict]:
-        if a not in found:
-            found[a] = [_shortest_paths(g, a) if a in g else {} for g in graphs]
-        return found[a]
-
-    def path(a: str, b: str) -> tuple[int, ...]:
-        src, dst = out.get(a, a), sink.get(b, b)
-        for g, reach in zip(graphs, paths_from(src)):
-            if dst in reach:
-                vertices = reach[dst]
-                return tuple(g[u][v][0] for u, v in zip(vertices, vertices[1:]))
-        raise HardwareError(f"{t.name}: no path from {a} to {b} inside a node")
-
-    pairs = {(i, j): path(a, b) for i, a in enumerate(t.endpoints) for j, b in enumerate(t.endpoints) if i != j}
-    to_nic, from_nic = {}, {}
-    for i, e in enumerate(t.endpoints):
-        if t.nics:
-            nic = t.nics[t.endpoint_nic[i]]
-            to_nic[i], from_nic[i] = path(e, nic), path(nic, e)
-    return pairs, to_nic, from_nic
+from .paths import TemplatePaths, gather
+from .routes import SALT, FabricPaths, RouteTable, ends_to_csr
 
 
 class Cluster:
@@ -127,44 +33,30 @@ class Cluster:
         self.ranks_per_node = len(template.endpoints)
         self.num_ranks = num_nodes * self.ranks_per_node
         self.device = template.device
-        self._local_paths, self._to_nic, self._from_nic = _template_paths(template)
+        self._paths = TemplatePaths(template)
 
         per_node = len(template.links)
         nics = len(template.nics) if self.fabric else 0
         self._port_base = num_nodes * per_node
         self._fabric_base = self._port_base + 2 * num_nodes * nics
         fabric_links = self.fabric.links if self.fabric else ()
-        caps = [link.bandwidth for link in template.links] * num_nodes
-        lats = [link.latency for link in template.links] * num_nodes
-        kinds = [link.kind for link in template.links] * num_nodes
-        caps += [template.nic_bandwidth] * (2 * num_nodes * nics)
-        lats += [template.nic_latency] * (2 * num_nodes * nics)
-        kinds += ["net"] * (2 * num_nodes * nics)
-        caps += [link.bandwidth for link in fabric_links]
-        lats += [link.latency for link in fabric_links]
-        kinds += [link.kind for link in fabric_links]
-        self.link_capacity = np.asarray(caps, dtype=np.float64)
-        self.link_latency = np.asarray(lats, dtype=np.float64)
-        self.link_kind = tuple(kinds)
-        self.num_links = len(caps)
-
-        self._adjacency: dict[str, list[tuple[str, int]]] = {}
-        if self.fabric:
-            known = set(self.fabric.switches)
-            for j, link in enumerate(fabric_links):
-                if link.src not in known or link.dst not in known:
-                    raise HardwareError(f"{name}: fabric link {link.src}->{link.dst} names an unknown switch")
-                self._adjacency.setdefault(link.src, []).append((link.dst, self._fabric_base + j))
-            for nbrs in self._adjacency.values():
-                nbrs.sort()
-        self._distances: dict[str, dict[str, int]] = {}
-        self._next_hops: dict[tuple[str, str], list[tuple[str, int]]] = {}
-        self._route_of: dict[tuple[int, int], int] = {}
-        self.route_links: list[np.ndarray] = []
-        self._csr = None  # route_links as one array (rebuilt when routes are added)
-        self._sorted_keys = np.empty(0, dtype=np.int64)  # src * num_ranks + dst of routed pairs, sorted
-        self._sorted_rids = np.empty(0, dtype=np.int64)
-        self.route_latency: list[float] = []
+        ports = 2 * num_nodes * nics
+        self.link_capacity = np.concatenate([
+            np.tile(np.array([link.bandwidth for link in template.links], dtype=np.float64), num_nodes),
+            np.full(ports, float(template.nic_bandwidth)),
+            np.array([link.bandwidth for link in fabric_links], dtype=np.float64)])
+        self.link_latency = np.concatenate([
+            np.tile(np.array([link.latency for link in template.links], dtype=np.float64), num_nodes),
+            np.full(ports, float(template.nic_latency)),
+            np.array([link.latency for link in fabric_links], dtype=np.float64)])
+        self.link_kind = (tuple(link.kind for link in template.links) * num_nodes + ("net",) * ports
+                          + tuple(link.kind for link in fabric_links))
+        self.num_links = len(self.link_capacity)
+        self._fabric_paths = FabricPaths(self.fabric, num_nodes, nics, self._fabric_base, name) if self.fabric \
+            else None
+        self._routes = RouteTable(self.link_latency)
+        self._path_of: dict[tuple[int, ...], int] = {}
+        self._single = np.full(self.num_links, -1, dtype=np.int64)  # route id of each one-link path
 
     # ---- ranks -------------------------------------------------------------------------------------------
     def node_of(self, rank: int) -> int:
@@ -178,62 +70,52 @@ class Cluster:
             raise HardwareError(f"rank {rank} is out of range: {self.name} has ranks 0 to {self.num_ranks - 1}")
 
     # ---- routing -----------------------------------------------------------------------------------------
+    @property
+    def route_links(self) -> "RouteLinks":
+        """Route id -> the link ids it crosses, in order (a read-only sequence)."""
+        return RouteLinks(self._routes)
+
+    @property
+    def route_latency(self) -> np.ndarray:
+        """Route id -> the sum of its links' latencies."""
+        return self._routes.latency
+
     def route_id(self, src: int, dst: int) -> int:
         """Interned id of the route from rank src to rank dst (see route_links / route_latency)."""
-        key = (src, dst)
-        rid = self._route_of.get(key)
-        if rid is None:
-            links = np.asarray(self._compute_route(src, dst), dtype=np.int64)
-            rid = len(self.route_links)
-            self.route_links.append(links)
-            self.route_latency.append(float(self.link_latency[links].sum()) if len(links) else 0.0)
-            self._route_of[key] = rid
-        return rid
+        return int(self.route_ids(np.array([src]), np.array([dst]))[0])
 
     def route_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(lengths, starts, links) of every route so far: route r is links[starts[r]:starts[r] + lengths[r]]."""
-        known = 0 if self._csr is None else len(self._csr[0])
-        if known != len(self.route_links):  # routes added since: append theirs (rebuilding is quadratic)
-            new = self.route_links[known:]
-            lengths = np.fromiter((len(x) for x in new), dtype=np.int64, count=len(new))
-            links = np.concatenate(new).astype(np.int64) if lengths.sum() else np.empty(0, np.int64)
-            if known:
-                old_lengths, _, old_links = self._csr
-                lengths, links = np.concatenate([old_lengths, lengths]), np.concatenate([old_links, links])
-            self._csr = (lengths, np.cumsum(lengths) - lengths, links)
-        return self._csr
+        return self._routes.csr()
 
     def links_crossed(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(link ids, per route its link count): the links each of `routes` crosses, laid end to end in order
         (repeats kept), so that np.repeat(x, counts) lines a per-route x up with them."""
-        lengths, starts, links = self.route_csr()
-        counts = lengths[routes]
-        offsets = np.repeat(starts[routes] - (np.cumsum(counts) - counts), counts)
-        return links[np.arange(int(counts.sum())) + offsets], counts
+        lengths, starts, links = self._routes.csr()
+        counts, crossed = gather(lengths, starts, links, np.asarray(routes, dtype=np.int64))
+        return crossed, counts
 
     def route_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Route ids for arrays of source and destination ranks (a sorted-key lookup; new pairs are routed)."""
-        keys = np.asarray(src, dtype=np.int64) * self.num_ranks + np.asarray(dst, dtype=np.int64)
-        out = np.empty(len(keys), dtype=np.int64)
-        hit = np.zeros(len(keys), dtype=bool)
-        if len(self._sorted_keys):
-            pos = np.minimum(np.searchsorted(self._sorted_keys, keys), len(self._sorted_keys) - 1)
-            hit = self._sorted_keys[pos] == keys
-            out[hit] = self._sorted_rids[pos[hit]]
-        if not hit.all():
-            new = np.unique(keys[~hit])
-            rids = np.fromiter((self.route_id(int(k) // self.num_ranks, int(k) % self.num_ranks) for k in new),
-                               dtype=np.int64, count=len(new))
-            all_keys = np.concatenate([self._sorted_keys, new])
-            order = np.argsort(all_keys, kind="stable")
-            self._sorted_keys = all_keys[order]
-            self._sorted_rids = np.concatenate([self._sorted_rids, rids])[order]
-            out[~hit] = rids[np.searchsorted(new, keys[~hit])]
+        src = np.asarray(src, dtype=np.int64).reshape(-1)
+        dst = np.asarray(dst, dtype=np.int64).reshape(-1)
+        keys = src * self.num_ranks + dst
+        out = self._routes.find(keys)
+        miss = out < 0
+        if miss.any():
+            for ranks in (src[miss], dst[miss]):
+                bad = (ranks < 0) | (ranks >= self.num_ranks)
+                if bad.any():
+                    self.check_rank(int(ranks[bad][0]))
+            new = unique(keys[miss])
+            rids = self._routes.add(*self._compute_routes(new // self.num_ranks, new % self.num_ranks))
+            self._routes.remember(new, rids)
+            out[miss] = rids[np.searchsorted(new, keys[miss])]
         return out
 
     def route(self, src: int, dst: int) -> np.ndarray:
         """Link ids crossed going from rank src to rank dst, in order."""
-        return self.route_links[self.route_id(src, dst)]
+        return self._routes.links(self.route_id(src, dst))
 
     def path_route(self, links: tuple[int, ...]) -> int:
         """Interned id of an explicit path of link ids (e.g. GPU -> NVSwitch only, for in-switch reduction).
@@ -241,105 +123,104 @@ class Cluster:
         Shares the id space of `route_id` (see route_links / route_latency), with its own cache.
         """
         key = tuple(int(j) for j in links)
-        cache = self.__dict__.setdefault("_path_of", {})
-        rid = cache.get(key)
+        if len(key) == 1:
+            return int(self.link_routes(np.array(key))[0])
+        rid = self._path_of.get(key)
         if rid is None:
             bad = [j for j in key if not 0 <= j < self.num_links]
             if bad:
                 raise HardwareError(f"{self.name}: link id(s) {bad} out of range 0..{self.num_links - 1}")
-            arr = np.asarray(key, dtype=np.int64)
-            rid = len(self.route_links)
-            self.route_links.append(arr)
-            self.route_latency.append(float(self.link_latency[arr].sum()) if len(arr) else 0.0)
-            cache[key] = rid
+            rid = self._path_of[key] = int(self._routes.add(np.array([len(key)]), np.array(key, dtype=np.int64))[0])
         return rid
+
+    def link_routes(self, links: np.ndarray) -> np.ndarray:
+        """Interned route ids of the one-link paths `links` (as path_route((link,)) for each)."""
+        links = np.asarray(links, dtype=np.int64).reshape(-1)
+        bad = (links < 0) | (links >= self.num_links)
+        if bad.any():
+            raise HardwareError(f"{self.name}: link id(s) {links[bad][:8].tolist()} out of range "
+                                f"0..{self.num_links - 1}")
+        new = unique(links[self._single[links] < 0])
+        if len(new):
+            self._single[new] = self._routes.add(np.ones(len(new), dtype=np.int64), new)
+        return self._single[links]
 
     def switch_links(self, rank: int) -> tuple[int, int]:
         """(GPU -> NVSwitch, NVSwitch -> GPU) link ids of `rank` on a node with an NVSwitch."""
         self.check_rank(rank)
         node, local = divmod(rank, self.ranks_per_node)
-        t = self.template
-        e = t.endpoints[local]
-        up = next((j for j, lk in enumerate(t.links) if lk.src == e and t.vertices.get(lk.dst) == "nvswitch"), None)
-        down = next((j for j, lk in enumerate(t.links) if lk.dst == e and t.vertices.get(lk.src) == "nvswitch"),
-                    None)
-        if up is None or down is None:
+        up, down = self._switch_ports[local]
+        if up < 0 or down < 0:
             raise HardwareError(f"{self.name}: {self.rank_name(rank)} has no NVSwitch link")
-        base = node * len(t.links)
+        base = node * len(self.template.links)
         return base + up, base + down
 
-    def _compute_route(self, src: int, dst: int) -> list[int]:
-        self.check_rank(src)
-        self.check_rank(dst)
-        if src == dst:
-            return []
-        per_node = len(self.template.links)
-        sn, sl = divmod(src, self.ranks_per_node)
-        dn, dl = divmod(dst, self.ranks_per_node)
-        if sn == dn:
-            return [sn * per_node + j for j in self._local_paths[(sl, dl)]]
-        t = self.template
-        s_nic, d_nic = t.endpoint_nic[sl], t.endpoint_nic[dl]
-        nics = len(t.nics)
-        up = self._port_base + 2 * (sn * nics + s_nic)
-        down = self._port_base + 2 * (dn * nics + d_nic) + 1
-        a, b = self.fabric.attach(sn, s_nic), self.fabric.attach(dn, d_nic)
-        middle = self._fabric_path(a, b, salt=src * 1_000_003 + dst)
-        return ([sn * per_node + j for j in self._to_nic[sl]] + [up] + middle + [down]
-                + [dn * per_node + j for j in self._from_nic[dl]])
-
-    def _fabric_path(self, a: str, b: str, salt: int) -> list[int]:
-        """Fewest-hop switch path; among equal choices a fixed hash of the flow picks one (ECMP)."""
-        if a == b:
-            return []
-        g = self._switch_graph
-        ai, bi = g.index[a], g.index[b]
-        dist = self._distances.get(bi)
-        if dist is None:
-            dist = self._distances[bi] = self._bfs_to(bi)
-        if dist[ai] < 0:
-            raise HardwareError(f"{self.name}: no fabric path from switch {a} to switch {b}")
-        path, here, hop = [], ai, 0
-        while here != bi:
-            nxt = self._next_hops.get((here, bi))
-            if nxt is None:  # cached: a spine has one neighbour per leaf, so scanning per route is costly
-                lo, hi = g.ptr[here], g.ptr[here + 1]
-                closer = dist[g.nbr[lo:hi]] == dist[here] - 1
-                nxt = self._next_hops[(here, bi)] = (g.nbr[lo:hi][closer].tolist(), g.link[lo:hi][closer].tolist())
-            k = _mix(salt * 64 + hop) % len(nxt[0])
-            path.append(nxt[1][k])
-            here, hop = nxt[0][k], hop + 1
-        return path
+    def switch_ports(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """switch_links for an array of ranks: (up links, down links)."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        node, local = np.divmod(ranks, self.ranks_per_node)
+        ports = self._switch_ports[local]
+        if (ports < 0).any():
+            self.switch_links(int(ranks[(ports < 0).any(axis=1)][0]))  # raises, naming the rank
+        base = node * len(self.template.links)
+        return base + ports[:, 0], base + ports[:, 1]
 
     @cached_property
-    def _switch_graph(self) -> _SwitchGraph:
-        # Built once, as arrays: per-target searches and next-hop scans over 10^3 switches stay in numpy.
-        names = sorted(set(self._adjacency) | {v for nbrs in self._adjacency.values() for v, _ in nbrs})
-        index = {name: i for i, name in enumerate(names)}
-        nbrs = [self._adjacency.get(name, []) for name in names]  # each sorted by (neighbour, link)
-        ptr = np.cumsum([0] + [len(x) for x in nbrs])
-        nbr = np.array([index[v] for x in nbrs for v, _ in x], dtype=np.int64)
-        link = np.array([j for x in nbrs for _, j in x], dtype=np.int64)
-        src = np.repeat(np.arange(len(names)), np.diff(ptr))
-        order = np.argsort(nbr, kind="stable")  # edges by head: who reaches each switch in one hop
-        rptr = np.searchsorted(nbr[order], np.arange(len(names) + 1))
-        return _SwitchGraph(index, ptr, nbr, link, rptr, src[order])
+    def _switch_ports(self) -> np.ndarray:
+        """(local rank, up/down) template link index to and from the NVSwitch (-1: none)."""
+        t = self.template
+        out = np.full((self.ranks_per_node, 2), -1, dtype=np.int64)
+        for local, e in enumerate(t.endpoints):
+            up = next((j for j, lk in enumerate(t.links) if lk.src == e and t.vertices.get(lk.dst) == "nvswitch"),
+                      None)
+            down = next((j for j, lk in enumerate(t.links) if lk.dst == e and t.vertices.get(lk.src) == "nvswitch"),
+                        None)
+            out[local] = (-1 if up is None else up, -1 if down is None else down)
+        return out
 
-    def _bfs_to(self, target: int) -> np.ndarray:
-        """Hops from every switch to switch `target` (-1: no path), breadth first over reversed links."""
-        g = self._switch_graph
-        dist = np.full(len(g.index), -1, dtype=np.int64)
-        dist[target] = 0
-        frontier, level = np.array([target]), 0
-        while len(frontier):
-            level += 1
-            lo, size = g.rptr[frontier], g.rptr[frontier + 1] - g.rptr[frontier]
-            gather = np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))  # the ranges, joined
-            reach = g.rsrc[gather]
-            reach = np.unique(reach[dist[reach] < 0])
-            dist[reach] = level
-            frontier = reach
-        return dist
+    def _compute_routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lengths, links end to end) of the routes src[k] -> dst[k], in bulk."""
+        rpn, per_node = self.ranks_per_node, len(self.template.links)
+        sn, sl = np.divmod(src, rpn)
+        dn, dl = np.divmod(dst, rpn)
+        lengths = np.zeros(len(src), dtype=np.int64)
+        inside = np.flatnonzero((sn == dn) & (sl != dl))
+        across = np.flatnonzero(sn != dn)
+        parts = []  # (row indices, lengths, links)
+        if len(inside):
+            n, links = self._paths.local(sl[inside], dl[inside])
+            parts.append((inside, n, links + np.repeat(sn[inside] * per_node, n)))
+        if len(across):
+            parts.append((across, *self._across(src[across], dst[across])))
+        for idx, n, _ in parts:
+            lengths[idx] = n
+        out = np.empty(int(lengths.sum()), dtype=np.int64)
+        starts = np.cumsum(lengths) - lengths
+        for idx, n, links in parts:
+            out[np.repeat(starts[idx] - (np.cumsum(n) - n), n) + np.arange(len(links))] = links
+        return lengths, out
+
+    def _across(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lengths, links) of routes between nodes: to the NIC, its port up, the fabric, the port down, from the
+        NIC."""
+        t = self.template
+        rpn, per_node, nics = self.ranks_per_node, len(t.links), len(t.nics)
+        sn, sl = np.divmod(src, rpn)
+        dn, dl = np.divmod(dst, rpn)
+        nic_of = np.asarray(t.endpoint_nic, dtype=np.int64)
+        s_nic, d_nic = nic_of[sl], nic_of[dl]
+        fab = self._fabric_paths
+        attach = fab.attach
+        to_n, to_links = self._paths.to_nic(sl)
+        from_n, from_links = self._paths.from_nic(dl)
+        one = np.ones(len(src), dtype=np.int64)
+        mid_n, mid_links = fab.middle(attach[sn, s_nic], attach[dn, d_nic], src * SALT + dst)
+        return ends_to_csr([
+            (to_n, to_links + np.repeat(sn * per_node, to_n)),
+            (one, self._port_base + 2 * (sn * nics + s_nic)),
+            (mid_n, mid_links),
+            (one, self._port_base + 2 * (dn * nics + d_nic) + 1),
+            (from_n, from_links + np.repeat(dn * per_node, from_n))], len(src))
 
     # ---- names and summaries -----------------------------------------------------------------------------
     def link_name(self, link: int) -> str:
@@ -363,8 +244,8 @@ class Cluster:
     def bottleneck(self, src: int, dst: int) -> tuple[float, float]:
         """(bandwidth, latency) of the uncontended route from src to dst."""
         rid = self.route_id(src, dst)
-        links = self.route_links[rid]
-        return float(self.link_capacity[links].min()), self.route_latency[rid]
+        links = self._routes.links(rid)
+        return float(self.link_capacity[links].min()), float(self._routes.latency[rid])
 
     @cached_property
     def intra_node(self) -> tuple[float, float, str]:
@@ -375,6 +256,17 @@ class Cluster:
         kinds = {self.link_kind[j] for j in self.route(0, 1)}
         kind = "nvlink" if "nvlink" in kinds else ("pcie" if "pcie" in kinds else sorted(kinds)[0])
         return bw, lat, kind
+
+    @cached_property
+    def neighbour_latency(self) -> float:
+        """The mean route latency from each local rank to the next (wrapping round): what a hop of a chain or ring
+        inside a node costs where some neighbours sit further apart (under different PCIe switches)."""
+        rpn = self.ranks_per_node
+        if rpn < 2:
+            return 0.0
+        local = np.arange(rpn)
+        rids = self.route_ids(local, (local + 1) % rpn)
+        return float(np.mean(self.route_latency[rids]))
 
     @cached_property
     def inter_node(self) -> tuple[float, float]:
@@ -423,3 +315,18 @@ class Cluster:
                            "nics_per_node": len(self.template.nics)},
             "nvls": self.template.nvls, "links": self.num_links, "sources": list(self.template.sources),
         }
+
+
+class RouteLinks:
+    """A read-only sequence view of a cluster's interned routes: route id -> its link ids."""
+
+    def __init__(self, table: RouteTable):
+        self._table = table
+
+    def __len__(self) -> int:
+        return self._table.count
+
+    def __getitem__(self, rid: int) -> np.ndarray:
+        if not -self._table.count <= rid < self._table.count:
+            raise IndexError(f"route id {rid} out of range")
+        return self._table.links(rid % self._table.count)

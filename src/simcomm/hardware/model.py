@@ -68,10 +68,17 @@ class LinkSpec:
     kind: str  # one of LINK_KINDS
 
     def __post_init__(self) -> None:
+        figures = (self.kind, type(self.bandwidth), self.bandwidth, type(self.latency), self.latency)
+        if figures in _CHECKED_LINKS:  # a fabric has 10^5 links of one kind: check its figures once
+            return
         check_figure(f"{self.kind} link {self.src}->{self.dst}", f"{self.kind}_bandwidth" if self.kind != "net"
                      else "link_bandwidth", self.bandwidth, "bandwidth")
         check_figure(f"{self.kind} link {self.src}->{self.dst}", f"{self.kind}_latency" if self.kind != "net"
                      else "latency", self.latency, "latency")
+        _CHECKED_LINKS.add(figures)
+
+
+_CHECKED_LINKS: set[tuple] = set()  # (kind, figures and their types) of links found valid
 
 
 def duplex(a: str, b: str, bandwidth: float, latency: float, kind: str) -> list[LinkSpec]:

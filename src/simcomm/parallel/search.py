@@ -21,7 +21,7 @@ Passes, all deterministic (the result does not depend on the number of workers):
    kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
    stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated
    step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
-Workers (local processes) keep their layer templates and the cluster between layouts.
+Workers (local processes, or Ray's: workers.RayPool) keep their layer templates and the cluster between layouts.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import OutOfMemoryError, SimcommError
+from ..workers import RayPool
 from .config import TrainingConfig
 from .dims import LayoutError
 from .layer_timing import PROGRAMS, Template, TemplateCache
@@ -267,15 +268,21 @@ BOUND_BATCH, SIMULATE_BATCH = 16, 4  # fixed, so the plan does not depend on the
 
 
 def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(), jobs: int | None = None,
-         simulate_at_least: int = 16, max_simulate: int = 64, progress=None) -> PlanResult:
-    """Search the layouts of `model` on `cluster` at `base`'s global batch (see the module docstring)."""
+         simulate_at_least: int = 16, max_simulate: int = 64, progress=None, ray: bool = False,
+         ray_address: str | None = None) -> PlanResult:
+    """Search the layouts of `model` on `cluster` at `base`'s global batch (see the module docstring); `ray`: on
+    the Ray cluster at `ray_address` (a local one when empty) instead of `jobs` local processes, with the same
+    result."""
     cands = candidates(model, base, cluster.num_ranks, cluster.ranks_per_node, space)
     if not cands:
         raise SimcommError("no layout to try: the search space allows no (tp, cp, pp, dp) that divides "
                            f"{cluster.num_ranks} GPUs and the global batch {base.global_batch_size}")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(cands)))
     done, total = [0], [len(cands) + simulate_at_least]
-    pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(cluster, model, base)) if jobs > 1 else None
+    if ray:
+        pool = RayPool(ray_address, "a plan", _init, (cluster, model, base))
+    else:
+        pool = ProcessPoolExecutor(jobs, initializer=_init, initargs=(cluster, model, base)) if jobs > 1 else None
     if pool is None:
         _init(cluster, model, base)
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAt
 from ..fields import (MAX_NODES, MAX_RANKS, PLOTS, PROTOCOL_NAMES, Base, FlopRate, Protocol, Rate, Size, Time,
                       described)
 from ..hardware import list_presets
-from ..vocab import COLL_ALIASES, COLLECTIVES, did_you_mean
+from ..vocab import COLL_ALIASES, COLLECTIVES, MAX_RANKS_PER_NODE, did_you_mean
 from ..vocab import choice as _choice
 from ..workloads import WORKLOADS
 
@@ -62,7 +62,8 @@ class PresetCluster(Base):
                             + ", or a calibration profile file (.yaml/.json) written by simcomm calibrate")
     nodes: int = described(1, "number of nodes", ge=1, le=MAX_NODES)
     fabric: str | None = described(None, "rail-optimised | fat-tree | switch (default: the preset's)")
-    ranks_per_node: int | None = described(None, "processes per node (cpu-host only)", ge=1, le=512)
+    ranks_per_node: int | None = described(None, "processes per node (cpu-host only)", ge=1,
+                                           le=MAX_RANKS_PER_NODE)
     overrides: Overrides | None = described(None, "replace the preset's figures", "mapping")
     fabric_options: FabricOptions | None = described(None, "fabric options", "mapping")
 
@@ -126,7 +127,8 @@ class DimsCluster(Base):
             raise ValueError("expected Switch as the second (across nodes) dimension")
         if math.prod(self.npus_count) > MAX_RANKS:
             raise ValueError(f"expected at most {MAX_RANKS} NPUs in all, got {math.prod(self.npus_count)}")
-        limit = 128 if self.topology[0] == "Ring" else 512  # routes inside a node are computed for every pair
+        # a ring's routes grow with its length, a full mesh has a link per pair
+        limit = {"Ring": 128, "FullyConnected": 512}.get(self.topology[0], MAX_RANKS_PER_NODE)
         if self.npus_count[0] > limit:
             raise ValueError(f"expected at most {limit} NPUs in the first dimension of a {self.topology[0]}, "
                              f"got {self.npus_count[0]}")

@@ -1,7 +1,7 @@
 """Parameter grids: every combination of values for dotted key paths of a scenario, run in parallel.
 
-Points run in a local process pool (concurrent.futures) or, on request, as Ray tasks (`pip install simcomm[ray]`;
-ray is imported only then). Each point is validated like a scenario file, so a bad value names its key.
+Points run in a local process pool (concurrent.futures) or, on request, as Ray tasks (workers.RayPool; `pip install
+simcomm[ray]`; ray is imported only then). Each point is validated like a scenario file, so a bad value names its key.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ..errors import SimcommError
+from ..workers import RayPool
 
 
 def grid_points(parameters: dict[str, list]) -> list[dict]:
@@ -39,21 +40,6 @@ def run_point(task: tuple) -> list[dict]:
     return [{**values, **r} for r in rows]
 
 
-def _ray_map(tasks: list, address: str | None, on_done) -> list:
-    try:
-        import ray
-    except ImportError:
-        raise SimcommError("running a sweep on Ray needs the ray extra: pip install 'simcomm[ray]'") from None
-    ray.init(address=address or None, ignore_reinit_error=True, log_to_driver=False)
-    remote = ray.remote(run_point)
-    refs = [remote.remote(t) for t in tasks]
-    pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        on_done()
-    return ray.get(refs)
-
-
 def run_sweep(loaded, parameters: dict[str, list], jobs: int | None = None, ray: bool = False,
               ray_address: str | None = None, progress=None) -> list[dict]:
     """Run every grid point of `parameters` over `loaded`; `progress(done, total)` after each point."""
@@ -67,7 +53,10 @@ def run_sweep(loaded, parameters: dict[str, list], jobs: int | None = None, ray:
         if progress:
             progress(count[0], len(tasks))
     if ray:
-        results = _ray_map(tasks, ray_address, on_done)
+        results = []
+        for rows in RayPool(ray_address, "a sweep").map(run_point, tasks):
+            results.append(rows)
+            on_done()
     else:
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
         if jobs == 1:

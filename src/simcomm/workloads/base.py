@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-AUTO_FLOWS_MAX_RANKS = 64  # model.detail: auto records every flow up to this many ranks
 
 # error(path, message) -> an exception naming the scenario file, line and key path (the scenario layer builds it)
 ErrorAt = Callable[[tuple, str], Exception]
@@ -78,11 +77,6 @@ class Workload:
     def ranks_used(self, result: RunResult) -> int | None:
         """How many of the cluster's ranks the run used, where fewer than all may be (None: all)."""
         return None
-
-
-def resolve_detail(requested: str, ranks: int) -> str:
-    """model.detail 'auto' records every flow up to AUTO_FLOWS_MAX_RANKS ranks, only steps beyond."""
-    return requested if requested != "auto" else ("flows" if ranks <= AUTO_FLOWS_MAX_RANKS else "steps")
 
 
 def forced_algorithm(model, kind: str) -> str | None:

@@ -14,7 +14,8 @@ from ..collective import make_collective
 from ..fields import MAX_RANKS, Base, CollectiveName, DType, Op, Protocol, Size, Time, described
 from ..session import CollectiveRecord, Session
 from ..units import format_size
-from .base import RunResult, Workload, forced_algorithm, resolve_detail
+from .base import RunResult, Workload, forced_algorithm
+from ..engine import resolve_detail
 from .checks import check_algorithm, check_runs
 
 

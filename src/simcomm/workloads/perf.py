@@ -18,7 +18,8 @@ from ..session import CollectiveRecord, Session
 from ..report.nccl_tests import tuner_predictions
 from ..units import format_size
 from ..vocab import COLLECTIVES, DTYPES, OPS, REDUCING, ROOTED, numpy_dtype
-from .base import RunResult, Workload, forced_algorithm, resolve_detail
+from .base import RunResult, Workload, forced_algorithm
+from ..engine import resolve_detail
 from .checks import available, check_algorithm, check_ranks, check_runs
 
 

@@ -24,7 +24,8 @@ from ..distributed.spawn import MAX_RANKS, spawn
 from ..errors import SimcommError
 from ..fields import Base, described
 from ..vocab import did_you_mean
-from .base import RunResult, Workload, resolve_detail
+from ..engine import resolve_detail
+from .base import RunResult, Workload
 from .checks import check_ranks
 from .traffic import bytes_sent, losses
 from ..units import UnitError, format_size, parse_rate, parse_size, parse_time

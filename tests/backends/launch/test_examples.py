@@ -56,6 +56,8 @@ def simulated_lines(capsys, script, args=(), nproc=None, cluster="cpu-host", **k
     ("p2p_spawn.py", (), None, "cpu-host"),  # self-launching: mp.spawn(join, daemon, start_method)
     ("barrier_processes.py", (), None, "cpu-host"),  # mp.Process, set_start_method, time.sleep
     ("ddp_torchrun.py", ("--steps", "2"), 3, "cpu-host"),  # DistributedDataParallel, several buckets
+    ("ddp_torchrun.py", ("--steps", "2", "--dim", "48", "--batch", "7"), 4, "cpu-host"),  # GEMMs whose sums split
+    # by thread count: every rank thread computes with torchrun's 1 thread from its first kernel (issue 21)
     ("ddp_torchrun.py", ("--steps", "2", "--find-unused"), 2, "cpu-host"),  # and its unused-parameter search
     ("ddp_torchrun.py", ("--steps", "2", "--comm-hook", "fp16"), 2, "cpu-host"),  # a communication hook
     ("device_mesh_torchrun.py", (), 8, "hgx-h100"),  # a 3-D DeviceMesh's groups and a sub-mesh

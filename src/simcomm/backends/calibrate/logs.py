@@ -9,7 +9,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from ...hardware import build_cluster, write_profile
-from ..compare_log import cluster_for, log_dtype, sweep_identity
+from ...errors import SimcommError
+from ..compare_log import cluster_for, log_dtype, measured_rows, sweep_identity
 from ..nccl_log import Table
 from .fit import Free, Observation, Space, fit, predict
 
@@ -29,14 +30,22 @@ class LogCalibration:
 
 
 def table_observations(table: Table, preset: str, nodes: int | None = None, collective: str | None = None,
-                       ranks: int | None = None, algorithm: str | None = None, label: str = "") -> list[Observation]:
+                       ranks: int | None = None, algorithm: str | None = None, label: str = "",
+                       dropped=None) -> list[Observation]:
     """One Observation per measured size (out-of-place times) of a sweep on `preset`; the collective and ranks as
-    given, else as the log says (a LogError asking for --collective / --ranks when it does not)."""
+    given, else as the log says (a LogError asking for --collective / --ranks when it does not). The rows left out
+    (see measured_rows) are counted into `dropped` (a Counter) if given."""
+    from ...algorithms.catalog import ALGORITHMS
     kind, n = sweep_identity(table, collective, ranks)
+    if algorithm is not None and algorithm not in ALGORITHMS[kind]:
+        raise SimcommError(f"--algo {algorithm!r} is not an algorithm for {kind}; expected one of "
+                           f"{', '.join(sorted(ALGORITHMS[kind]))}")
     _, nodes = cluster_for(preset, n, nodes)
     dtype = log_dtype(table.dtype)
-    return [Observation(kind, n, r.size, r.out_of_place.time_us * 1e-6, nodes, algorithm, dtype, label)
-            for r in table.rows if r.out_of_place.time_us > 0]
+    rows, left_out = measured_rows(table)
+    if dropped is not None:
+        dropped.update(left_out)
+    return [Observation(kind, n, r.size, seconds, nodes, algorithm, dtype, label) for r, seconds in rows]
 
 
 def families(space: Space, obs: list[Observation]) -> list[str]:
@@ -62,6 +71,9 @@ def calibrate_logs(obs: list[Observation], preset: str, out: str | None = None, 
         sweep.sort(key=lambda o: o.size)
         train += sweep[0::2]
         held += sweep[1::2]
+    if not held:
+        raise SimcommError(f"calibrate needs a sweep of at least 2 measured sizes (every other size is held back to "
+                           f"check the fit); the logs give {len(obs)} size(s), each sweep one at most")
     default = build_cluster(preset).template
     base = Space(preset, tuning=default.tuning)  # the preset as it is: "before"
     eff = dict(default.tuning.efficiency)

@@ -11,8 +11,10 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as tmp
 
-from ...distributed.spawn import resolve_cluster
+from ...distributed.spawn import MAX_RANKS, resolve_cluster
 from ...errors import SimcommError
+from ...units import parse_positive, parse_whole
+from ...vocab import MAX_NODES, MAX_RANKS_PER_NODE
 from ..placement import torchrun_cluster
 from . import clock as launch_clock
 from .c10d import RankWorlds
@@ -20,11 +22,12 @@ from . import multiprocessing as launch_mp
 from .cuda import LaunchDevice, cuda_functions
 from .ddp import patches as ddp_patches
 from .dist import replacements
+from .locks import patches as lock_patches
 from .mesh import patches as mesh_patches
 from .environ import RankEnviron
 from .patching import Patcher
 from .script import MainProxy, Script
-from .world import Options, World
+from .world import Options, World, intra_op_threads
 
 
 @dataclass
@@ -41,11 +44,13 @@ class WorldRecord:
 
 @dataclass
 class LaunchResult:
-    worlds: list[WorldRecord]
+    worlds: list[WorldRecord]  # the script's own world first, then those it started, in order
 
     @property
     def ok(self) -> bool:
-        return all(w.error is None for w in self.worlds)
+        """Whether the script ended normally (a world it started may have failed and the script handled it, as a
+        parent process may handle its children's failure)."""
+        return not self.worlds or self.worlds[0].error is None
 
 
 class _Launch:
@@ -55,7 +60,6 @@ class _Launch:
         self.options, self.script, self.argv = options, script, argv
         self.worlds: list[World] = []
         self.patcher = Patcher()
-        self.failures: list[BaseException] = []
 
     def new_world(self, kind: str, nprocs: int, environs: list, main_module, cluster=None,
                   local_ranks=None) -> World:
@@ -80,8 +84,10 @@ class _Launch:
         p.set(torch, "device", LaunchDevice)
         for name, fn in launch_clock.REPLACEMENTS.items():
             p.set(_time, name, fn)
+        for owner, name, fn in lock_patches():
+            p.set(owner, name, fn)
         import multiprocessing as std_mp
-        launch_mp._STATE.update(new_world=self.new_world, failures=self.failures, start_method=None,
+        launch_mp._STATE.update(new_world=self.new_world, start_method=None,
                                 originals={name: getattr(std_mp, name) for name in launch_mp.REPLACEMENTS
                                            if hasattr(std_mp, name)} | {"spawn": tmp.spawn})
         for name, fn in launch_mp.REPLACEMENTS.items():
@@ -100,6 +106,7 @@ class _Launch:
     def __exit__(self, *exc):
         sys.modules["__main__"] = self.real_main
         self.patcher.restore()
+        self.environ.restore()
         launch_mp._STATE.clear()
         return False
 
@@ -120,14 +127,15 @@ def _torchrun_environ(base: dict, rank: int, nproc_per_node: int, nnodes: int, p
 
 @contextmanager
 def _intra_op_threads(environ: dict):
-    """torch's intra-op threads as each rank's OMP_NUM_THREADS asks, for the run (then as before): the ranks are
-    threads of this process, and a reduction split over other thread counts sums in another order."""
-    value = environ.get("OMP_NUM_THREADS", "")
-    if not value.isdigit() or int(value) < 1:
+    """This (the scheduler's) thread's torch intra-op threads as the ranks' OMP_NUM_THREADS asks, for the run (then
+    as before): DDP's callbacks run here, and a reduction split over other thread counts sums in another order. Each
+    rank thread sets its own (World.run)."""
+    threads = intra_op_threads(environ)
+    if threads is None:
         yield
         return
     before = torch.get_num_threads()
-    torch.set_num_threads(int(value))
+    torch.set_num_threads(threads)
     try:
         yield
     finally:
@@ -147,12 +155,17 @@ def launch(script, script_args=(), nproc_per_node: int | None = None, nnodes: in
     Raises what a rank raised (SimcommError subclasses: RankFailed, DeadlockError, MismatchError, ...).
     """
     python_mode = nproc_per_node is None and nnodes is None
-    nproc_per_node, nnodes = nproc_per_node or 1, nnodes or 1
-    if nproc_per_node < 1 or nnodes < 1:
-        raise SimcommError(f"--nproc-per-node and --nnodes must be >= 1, got {nproc_per_node} and {nnodes}")
+    nproc_per_node = 1 if nproc_per_node is None else parse_whole(nproc_per_node, "nproc_per_node", 1,
+                                                                  MAX_RANKS_PER_NODE)
+    nnodes = 1 if nnodes is None else parse_whole(nnodes, "nnodes", 1, MAX_NODES)
+    if nproc_per_node * nnodes > MAX_RANKS:
+        raise SimcommError(f"{nnodes} nodes x {nproc_per_node} ranks: a launch runs at most {MAX_RANKS} ranks (a "
+                           f"thread each)")
     if cuda_as not in ("cpu", "meta"):
         raise SimcommError(f"cuda_as must be 'cpu' or 'meta', got {cuda_as!r}")
-    options = Options(cluster, cuda_as, count_flops, flop_rate, numerics)
+    if flop_rate is not None:
+        flop_rate = parse_positive(flop_rate, "flop_rate")
+    options = Options(cluster, cuda_as, count_flops, flop_rate, numerics, torch.get_num_threads())
     s = Script(script)
     n = nproc_per_node * nnodes
     c = torchrun_cluster(cluster, nproc_per_node, nnodes)
@@ -174,10 +187,7 @@ def launch(script, script_args=(), nproc_per_node: int | None = None, nnodes: in
                 world.run(rank_main)
         finally:
             records = [_record(w) for w in active.worlds]
-    result = LaunchResult(records)
-    if active.failures and result.ok:
-        raise active.failures[0]
-    return result
+    return LaunchResult(records)
 
 
 def _record(w: World) -> WorldRecord:
@@ -193,7 +203,7 @@ def run_launched(fn, args=(), nprocs: int = 2, cluster="cpu-host", backend: str 
     The library form of `simcomm launch`, and the simulated half of the conformance suite (the real half is
     backends.run_real, which calls the same fn with real torch.distributed)."""
     opts = Options(cluster, options.pop("cuda_as", "cpu"), options.pop("count_flops", False),
-                   options.pop("flop_rate", None), options.pop("numerics", None))
+                   options.pop("flop_rate", None), options.pop("numerics", None), torch.get_num_threads())
     if options:
         raise SimcommError(f"unknown option(s) {sorted(options)}")
     c = resolve_cluster(cluster, nprocs)

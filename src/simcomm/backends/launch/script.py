@@ -18,14 +18,17 @@ class ScriptExit(RankFailed):
 
 
 class Script:
-    """A script compiled once; each rank runs it in a fresh module named __main__ (as each process does)."""
+    """A script read once; each rank runs it in a fresh module named __main__, compiled afresh (as each process
+    does: torch.compile keeps what it compiled on a function's code object and puts the compiled function in that
+    function's module, so ranks sharing code objects would find another rank's compiled code and miss its global)."""
 
     def __init__(self, path):
         self.path = Path(path).resolve()
         if not self.path.is_file():
             raise SimcommError(f"script {path!r} not found")
+        self.source = self.path.read_bytes()
         try:
-            self.code = compile(self.path.read_bytes(), str(self.path), "exec")
+            compile(self.source, str(self.path), "exec")
         except SyntaxError as exc:
             raise SimcommError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
 
@@ -39,7 +42,7 @@ class Script:
     def run(self, module: types.ModuleType, rank: int) -> None:
         """Execute the script in module; sys.exit(0) ends the rank normally, any other status is an error."""
         try:
-            exec(self.code, module.__dict__)  # noqa: S102 - running the user's script is the point
+            exec(compile(self.source, str(self.path), "exec"), module.__dict__)  # noqa: S102 - the user's script
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 raise ScriptExit(rank, self.path.name, exc.code) from None

@@ -23,6 +23,7 @@ class Options:
     count_flops: bool = False
     flop_rate: float | None = None  # FLOP/s; default: the cluster device's compute rate
     numerics: str | None = None
+    intra_op_threads: int | None = None  # a process's torch threads when OMP_NUM_THREADS does not say (None: as now)
 
 
 @dataclass
@@ -76,6 +77,8 @@ class World:
                               rng=copy.deepcopy(rng) if rank else rng)
             ctx.main_module = self.main_module
             set_context(ctx)
+            torch.set_num_threads(intra_op_threads(ctx.environ) or self.options.intra_op_threads
+                                  or torch.get_num_threads())
             ctx.restore_rng()
             modes = [DeviceMode(self.options.cuda_as)] + ([FlopCounter()] if self.options.count_flops else [])
             for m in modes:
@@ -100,6 +103,17 @@ class World:
             self.error = exc
             raise
         return self.result
+
+
+def intra_op_threads(environ: dict) -> int | None:
+    """torch's intra-op threads for a process with this environment: OMP_NUM_THREADS when it is a whole number >= 1
+    (torch reads it at start, and torchrun sets 1 for more than one rank per node), else None.
+
+    Each rank thread sets its own: OpenMP keeps the thread count per thread, and a new thread starts with the
+    process's default until torch first asks, so a rank whose first kernel is a GEMM would run it on every core
+    (and sum in another order) while reporting the one thread it was given."""
+    value = environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) >= 1 else None
 
 
 def _py_np_rng():

@@ -1,0 +1,18 @@
+"""numpy helpers every layer may use.
+
+`unique` is np.unique(x) by sorting: numpy 2's np.unique without inverse or counts hashes, which on 10^6 distinct
+integers took 1.9 s where a sort takes 0.02 s (numpy 2.4)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def unique(x) -> np.ndarray:
+    """The sorted distinct values of an integer array (flattened), as np.unique(x) gives them."""
+    s = np.sort(np.asarray(x).reshape(-1))
+    if len(s) < 2:
+        return s
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
