@@ -11,9 +11,9 @@ import pytest
 from hta.trace_analysis import TraceAnalysis
 
 from simcomm.cli import main
+from simcomm.engine.trace import length, overlap, union
 from simcomm.parallel.dims import ParallelDims
 
-from .test_kineto import intersect, length, union
 
 COMPUTE = ("forward", "backward", "recompute", "optimizer", "interference")
 COMM = ("tp", "cp", "pp", "dp")
@@ -66,7 +66,7 @@ def totals(trace):
     comm = union([(k["ts"], k["ts"] + k["dur"]) for k in kernels(trace) if k["name"].startswith("nccl")])
     comp = union([(k["ts"], k["ts"] + k["dur"]) for k in kernels(trace) if not k["name"].startswith("nccl")])
     both = union(comm + comp)
-    return {"comm": length(comm), "compute": length(comp), "overlap": intersect(comm, comp), "busy": length(both),
+    return {"comm": length(comm), "compute": length(comp), "overlap": overlap(comm, comp), "busy": length(both),
             "span": both[-1][1] - both[0][0], "kernels": len(kernels(trace))}
 
 

@@ -144,6 +144,34 @@ class Recorder:
         return out
 
 
+def union(intervals) -> list[list[float]]:
+    """(start, end) intervals merged: sorted, disjoint [start, end] lists (the time records cover)."""
+    out: list[list[float]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def length(intervals) -> float:
+    """The time merged intervals cover."""
+    return sum(e - s for s, e in intervals)
+
+
+def overlap(a, b) -> float:
+    """The time two lists of merged intervals (union's) share."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
 class LinkLoads:
     """Every link's load over time as step functions, fed by the flow engine whenever the rates change.
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.trace import Activity
+from ..engine.trace import Activity, overlap, union
 from .pipeline_parallel.schedules import FORWARD
 
 LAYER_BUDGET = 100_000  # layers and their TP/CP transfers in the timeline at most (else of the traced GPUs only)
@@ -119,7 +119,7 @@ def communication_while_idle(step, activities, gpu: int) -> float:
     comm = [(a.start, a.end) for a in activities
             if (a.kind == "collective" and a.rank == gpu and "collective" in a.tags)
             or (a.kind == "p2p" and gpu in (a.rank, a.peer) and a.rank != a.peer)]
-    return _overlap(_union(comm), _union(step.bubbles[step.copies.dims.coords(gpu)["pp"]]))
+    return overlap(union(comm), union(step.bubbles[step.copies.dims.coords(gpu)["pp"]]))
 
 
 def stage_figures(step, activities) -> dict[int, dict]:
@@ -132,28 +132,6 @@ def stage_figures(step, activities) -> dict[int, dict]:
         out[gpu] = {"stage": stage, "step_time": step.step_time, "breakdown": dict(step.stages[stage]),
                     "communication_while_idle": communication_while_idle(step, activities, gpu)}
     return out
-
-
-def _union(intervals) -> list[list[float]]:
-    out: list[list[float]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
-
-
-def _overlap(a, b) -> float:
-    """The time two sorted, disjoint interval lists share."""
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 def defer_trace(session, pipeline, copies: RankCopies, notes: list) -> None:
