@@ -77,6 +77,7 @@ class Op(simpy.Event):
         self.end: float | None = None
         self.record: CollectiveRecord | None = None
         self.buffers: Buffers | None = None
+        self.progress = None  # a compute op's: where in time each rank did its work (engine/progress.py)
 
     def _finish(self, value=None) -> None:
         self.end = self.env.now
@@ -456,7 +457,8 @@ class Session:
     def compute(self, ranks, flops=0.0, seconds=0.0, *, rate: float | None = None, kernels=None, after=(),
                 tags: Mapping | None = None, label: str = "compute") -> Op:
         """Occupy each rank's compute queue: `flops` at `rate` flop/s (default: the device's peak), plus `seconds`
-        (scalars or one per rank). Work queued on one device runs back to back.
+        (scalars or one per rank). Work queued on one device runs back to back. The op's `progress` maps offsets
+        into the work to when each rank reached them (slowdowns included).
 
         kernels: what the work is made of, so communication beside it slows it as its kernels would: an
         engine Mix, or (weight, engine Kernel) pairs (the work's time is split in proportion to the weights, e.g.
@@ -478,7 +480,7 @@ class Session:
 
         def body(o: Op):
             o.start = self.now
-            self.sim.compute.run(group, flops / rate + seconds, o._finish, mix, label, o.tags, flops)
+            o.progress = self.sim.compute.run(group, flops / rate + seconds, o._finish, mix, label, o.tags, flops)
         return self._start(result, after, body)
 
     def memory_op(self, ranks, nbytes, *, after=(), tags: Mapping | None = None, label: str = "memory") -> Op:

@@ -7,6 +7,8 @@ import pytest
 from hta.trace_analysis import TraceAnalysis
 
 from simcomm.cli import main
+from simcomm.engine.trace import length, union
+from simcomm.engine.trace import overlap as intersect
 from simcomm.scenario import load_scenario
 from simcomm.workloads import run_scenario
 
@@ -28,32 +30,6 @@ def overlap(rank, flops):
         dist.send(t[:1024], dst=1 - rank) if rank == 0 else dist.recv(t[:1024], src=0)
     return float(t[0])
 '''
-
-
-def union(intervals):
-    """Merged [start, end) intervals."""
-    out = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
-
-
-def length(intervals) -> float:
-    return sum(e - s for s, e in intervals)
-
-
-def intersect(a, b) -> float:
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 def simulated_totals(result):

@@ -114,7 +114,11 @@ def _run_one(args, path: str, out: str | None, docs: list) -> int:
 
 
 def _rank_traces_note(directory, cluster) -> str:
-    """How many ranks have a file (those that ran something in the simulation), and how HTA should load them."""
+    """How many ranks have a file (those that ran something in the simulation, or every rank where the workload
+    says which simulated rank each one copies: ranks.txt), and how HTA should load them."""
+    index = Path(directory) / "ranks.txt"
+    if index.exists():
+        return f" ({index.read_text().splitlines()[1].split(' (')[0].rstrip('.')}; ranks.txt says which were simulated)" + HTA_HINT
     files = len(list(Path(directory).glob("rank*.json")))
     shown = f" ({files} of the cluster's {cluster.num_ranks} ranks ran something in the simulation; only they " \
             "have a file)" if files < cluster.num_ranks else ""

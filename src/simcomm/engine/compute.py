@@ -13,12 +13,13 @@ DeviceQueue always did; the numbers are then exactly those of a plain FIFO.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
 import numpy as np
 
+from .progress import Progress
 from .resources import DeviceQueue
 from .sharing import COMM_BESIDE_COMPUTE, SPREAD_KERNEL, Kernel, slowdown
 from .trace import NO_TAGS
@@ -107,6 +108,11 @@ class Job:
     finish: float = 0.0  # when its last rank ends, as now known
     pending: float = 0.0  # when the wake-up it waits for fires
     version: int = 0
+    trail: list = field(default_factory=list)  # (indices, at, pos, held, margin) at its start and each re-rate
+
+    def note(self, idx: np.ndarray, held: np.ndarray, margin: np.ndarray) -> None:
+        """Where ranks `idx` (indices into `ranks`) stand now and at what SMs taken they go on (progress.py)."""
+        self.trail.append((idx, self.at[idx].copy(), self.pos[idx].copy(), held.copy(), margin.copy()))
 
 
 def holding(ranks, sms) -> tuple[np.ndarray, np.ndarray]:
@@ -140,22 +146,27 @@ class ComputeQueue(DeviceQueue):
 
     # ---- compute -----------------------------------------------------------------------------------------
     def run(self, ranks: np.ndarray, seconds, on_done: Callable[[np.ndarray], None], mix: Mix = SPREAD_MIX,
-            label: str = "", tags=NO_TAGS, amount=0.0) -> None:
+            label: str = "", tags=NO_TAGS, amount=0.0) -> Progress:
         """Queue `seconds` (alone; scalar or one per rank) of `mix` on each of `ranks` (distinct) now;
-        `on_done(ends)` is called once it has run on all of them."""
+        `on_done(ends)` is called once it has run on all of them. Returns where in time the work will have been
+        done on each rank (read it once it has ended)."""
         now = self.env.now
         self.stats["compute_jobs"] += 1
+        progress = Progress()
         if not self.sharing:
+            starts = np.maximum(self.free_at[ranks], now)
             ends = self.use(ranks, amount, now, label, duration=seconds, tags=tags)
+            progress.linear(ranks, starts, ends)
             self.env.timeout(max(float(ends.max()) - now, 0.0)).callbacks.append(lambda _e: on_done(ends))
-            return
+            return progress
         if np.ndim(seconds) == 0:
-            self._queue(ranks, float(seconds), mix, on_done, label, tags, amount)
-            return
+            progress.job(self._queue(ranks, float(seconds), mix, on_done, label, tags, amount), self.sms, self.hbm)
+            return progress
         seconds = np.broadcast_to(np.asarray(seconds, dtype=np.float64), ranks.shape)
         if len(seconds) and (seconds == seconds[0]).all():
-            self._queue(ranks, float(seconds[0]), mix, on_done, label, tags, amount)
-            return
+            progress.job(self._queue(ranks, float(seconds[0]), mix, on_done, label, tags, amount), self.sms,
+                         self.hbm)
+            return progress
         # different amounts per rank: one job per amount, done when all are
         values, which = np.unique(seconds, return_inverse=True)
         ends, left = np.empty(len(ranks)), [len(values)]
@@ -170,9 +181,11 @@ class ComputeQueue(DeviceQueue):
         amounts = np.broadcast_to(np.asarray(amount, dtype=np.float64), ranks.shape)
         for i, value in enumerate(values.tolist()):
             where = np.flatnonzero(which == i)
-            self._queue(ranks[where], value, mix, part(where), label, tags, amounts[where])
+            progress.job(self._queue(ranks[where], value, mix, part(where), label, tags, amounts[where]), self.sms,
+                         self.hbm)
+        return progress
 
-    def _queue(self, ranks, seconds: float, mix: Mix, on_done, label, tags, amount) -> None:
+    def _queue(self, ranks, seconds: float, mix: Mix, on_done, label, tags, amount) -> Job:
         now = self.env.now
         start = np.maximum(self.free_at[ranks], now)
         end = start + seconds * self._wall_end(mix, ranks) if self.held[ranks].any() else start + seconds
@@ -180,9 +193,11 @@ class ComputeQueue(DeviceQueue):
         job = Job(self._order, ranks, mix, seconds, start, end, np.zeros(len(ranks)), start.copy(), on_done, label,
                   tags, amount)
         self._order += 1
+        job.note(np.arange(len(ranks)), self.held[ranks], self.margin[ranks])
         for r in ranks.tolist():
             self._jobs.setdefault(r, []).append(job)
         self._schedule(job)
+        return job
 
     def busy(self, ranks) -> np.ndarray:
         """Whether each of `ranks` has compute running now."""
@@ -268,6 +283,7 @@ class ComputeQueue(DeviceQueue):
             i, r = int(idx[0]), int(ranks[0])
             j.start[idx], j.at[idx], j.pos[idx], j.end[idx] = self._rerate_one(j, i, r, now, float(cursor[r]))
             cursor[ranks] = j.end[idx]
+            j.note(idx, self.held[ranks], self.margin[ranks])
         else:
             running = j.start[idx] <= now
             start = np.where(running, j.start[idx], cursor[ranks])  # a queued job starts when the one before ends
@@ -286,6 +302,7 @@ class ComputeQueue(DeviceQueue):
             j.start[idx] = start
             j.end[idx] = end
             cursor[ranks] = end
+            j.note(idx, self.held[ranks], self.margin[ranks])
         self._schedule(j)
 
     def _in_step(self, j: Job, idx: np.ndarray, ranks: np.ndarray, cursor: np.ndarray) -> bool:

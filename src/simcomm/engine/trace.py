@@ -46,6 +46,7 @@ class Activity:
     peer: int = -1
     links: tuple[int, ...] = ()
     tags: Mapping = field(default_factory=lambda: NO_TAGS, compare=False)
+    group: tuple[int, ...] = ()  # a collective's ranks (every member's record holds the same tuple)
 
 
 @dataclass(frozen=True)
@@ -113,31 +114,62 @@ class Recorder:
         self._ops.append((rank, kind, start, end, nbytes, label, peer, tags))
 
     def deferred(self, produce) -> None:
-        """Activities made only when the timeline is read: `produce()` returns them (a training step's replayed
-        layer blocks cost nothing unless someone looks)."""
+        """Activities made only when the timeline is read: `produce(kernels)` returns them (a training step's
+        replayed layer blocks cost nothing unless someone looks; `kernels`: with the kernels inside them too)."""
         self._deferred.append(produce)
 
     @property
     def flow_count(self) -> int:
         return sum(len(f[0]) for f in self._flows)
 
-    def activities(self) -> list[Activity]:
-        """Every recorded activity, sorted by (start, rank, kind) so equal runs give equal lists."""
+    def activities(self, kernels: bool = False) -> list[Activity]:
+        """Every recorded activity, sorted by (start, rank, kind) so equal runs give equal lists; `kernels`: the
+        deferred ones down to each kernel (what a per-rank profiler trace shows), not only the blocks."""
         out: list[Activity] = []
         links = self.cluster.route_links
         for src, dst, start, finish, nbytes, route, label, tags in self._flows:
             for s, d, f, b, r in zip(src.tolist(), dst.tolist(), finish.tolist(), nbytes.tolist(), route.tolist()):
                 out.append(Activity(s, "send", start, f, b, label, d, tuple(links[r].tolist()), tags))
         for kind, ranks, start, end, amount, label, tags in self._spans:
-            for r, s, e, a in zip(ranks.tolist(), np.broadcast_to(start, ranks.shape).tolist(),
+            members = ranks.tolist()
+            group = tuple(members) if kind == "collective" else ()
+            for r, s, e, a in zip(members, np.broadcast_to(start, ranks.shape).tolist(),
                                   np.broadcast_to(end, ranks.shape).tolist(), amount.tolist()):
-                out.append(Activity(r, kind, s, e, a, label, tags=tags))
+                out.append(Activity(r, kind, s, e, a, label, tags=tags, group=group))
         for rank, kind, start, end, nbytes, label, peer, tags in self._ops:
             out.append(Activity(rank, kind, start, end, nbytes, label, peer, tags=tags))
         for produce in self._deferred:
-            out.extend(produce())
+            out.extend(produce(kernels))
         out.sort(key=lambda a: (a.start, a.rank, a.kind, a.end, a.peer, a.label))
         return out
+
+
+def union(intervals) -> list[list[float]]:
+    """(start, end) intervals merged: sorted, disjoint [start, end] lists (the time records cover)."""
+    out: list[list[float]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def length(intervals) -> float:
+    """The time merged intervals cover."""
+    return sum(e - s for s, e in intervals)
+
+
+def overlap(a, b) -> float:
+    """The time two lists of merged intervals (union's) share."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
 
 
 class LinkLoads:

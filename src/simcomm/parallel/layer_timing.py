@@ -42,7 +42,8 @@ USERBUFFERS_SMS = {"ring_exchange": 1, "pipeline": 16, "bulk": 16}
 @dataclass(frozen=True)
 class Segment:
     """One kernel or transfer of a template, with offsets from the template's start; a transfer keeps the kind
-    and the tags the Session recorded it with (collective, algorithm, protocol, dtype, op, axis)."""
+    and the tags the Session recorded it with (collective, algorithm, protocol, dtype, op, axis). `nbytes` is a
+    transfer's bytes, a kernel's FLOPs."""
 
     stream: str  # compute | tp | cp
     start: float
@@ -149,9 +150,10 @@ class TemplateRunner:
         tpl = self._run(name, steps, userbuffers, self.interference)
         if not self.session.sim.interference or self.ideal or not any(st.comm and st.compute for st in steps):
             return tpl  # nothing ran beside anything: the same without sharing
+        # The kernels' time alone is the pass's forward/backward; what sharing added to them is interference; the
+        # communication exposed is what the kernels waited for as they ran (what a profiler shows).
         alone = self._run(name, steps, userbuffers, False)
-        return replace(tpl, compute=alone.compute, exposed=alone.exposed,
-                       interference=tpl.duration - alone.duration)
+        return replace(tpl, compute=alone.compute, interference=tpl.compute - alone.compute)
 
     def _run(self, name: str, steps: list[LayerStep], userbuffers: bool, interference: bool | None) -> Template:
         # A fresh simulation from time 0 for every program: its times then do not depend on what ran before
@@ -187,7 +189,7 @@ class TemplateRunner:
                     ran = kernels.end - kernels.start if s.sim.interference else sum(secs)
                     at, scale = start - t0, ran / sum(secs) if sum(secs) else 0.0
                     for k, dt, shape in zip(st.compute, secs, shapes):
-                        segments.append(Segment("compute", at, at + dt * scale, k.name))
+                        segments.append(Segment("compute", at, at + dt * scale, k.name, k.flops))
                         parts.append((dt * scale, shape))
                         at += dt * scale
                     busy[0] += ran

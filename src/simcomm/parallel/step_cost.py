@@ -23,7 +23,6 @@ import numpy as np
 from ..algorithms.plan import Collective
 from ..algorithms.run import choice_for
 from ..engine import MEMORY_KERNEL, Mix
-from ..engine.trace import Activity
 from ..errors import SimcommError
 from ..session import Session
 from .compute_model import ComputeModel
@@ -32,14 +31,13 @@ from .expert_parallel.step_report import expert_groups, moe_breakdown
 from .layer_timing import PROGRAMS, TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
-from .pipeline_parallel.actions import PHASE_NAMES
 from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.timing import Pipeline, StageTiming, slowed
 from .step_passes import build_pass
 from .step_result import StepResult
+from .step_trace import RankCopies, defer_trace
 from .step_traffic import Traffic
 
-TRACE_BUDGET = 100_000  # layer-level trace records (per-layer blocks and their TP/CP transfers) at most
 OPTIMIZER_MIX = Mix([1.0], [MEMORY_KERNEL])  # Adam: memory-bound
 
 
@@ -115,8 +113,11 @@ class StepModel:
         pipeline = Pipeline(self.layout, session, traffic, passes, dp,
                             self.shape.sp_tokens * self.layout.model.hidden_size * self.shape.elem)
         ends = _StepEnd(self, pipeline, reps).simulate()
-        self._defer_trace(session, pipeline, notes)
-        return self._result(max(ends), [st.acc for st in pipeline.stages], mem, notes, traffic, passes, ends)
+        copies = RankCopies(self.dims, reps)
+        defer_trace(session, pipeline, copies, notes)
+        result = self._result(max(ends), [st.acc for st in pipeline.stages], mem, notes, traffic, passes, ends, copies)
+        result.bubbles = [st.bubbles for st in pipeline.stages]
+        return result
 
     # ---- pieces ----------------------------------------------------------------------------------------------
     def _dp_representatives(self, traffic: Traffic, notes: list) -> list[int]:
@@ -149,26 +150,7 @@ class StepModel:
             notes.append("TP/CP traffic shares links with DP or PP traffic here: layer templates are timed alone, "
                          "so their contention with gradient and pipeline transfers is not modelled")
 
-    def _defer_trace(self, session, pipeline: Pipeline, notes: list) -> None:
-        """Per-layer blocks and their TP/CP transfers, made only when the timeline is read: for every GPU of the
-        replica when that stays within TRACE_BUDGET records, else for the first GPU of each stage, else none (the
-        passes are recorded anyway)."""
-        stage_ranks, instances = pipeline.ranks, pipeline.instances
-        per_gpu = sum(len(p.parts) + sum(1 for x in p.parts for seg in x.template.segments if seg.stream != "compute")
-                      for _r, _a, p, _s in instances)
-        width = len(stage_ranks[0])
-        if per_gpu * width <= TRACE_BUDGET:
-            traced = stage_ranks
-        elif per_gpu <= TRACE_BUDGET:
-            traced = [s[:1] for s in stage_ranks]
-        else:
-            notes.append(f"the trace shows passes, not layers: {per_gpu:,} layer records per GPU would exceed "
-                         f"{TRACE_BUDGET:,}")
-            return
-        session.sim.recorder.deferred(lambda: [act for r, a, p, starts in instances
-                                               for act in _layer_records(r, a, p, starts, traced[r])])
-
-    def _result(self, step_time, acc, mem, notes, traffic, passes, ends) -> StepResult:
+    def _result(self, step_time, acc, mem, notes, traffic, passes, ends, copies) -> StepResult:
         L, cfg, dims = self.layout, self.cfg, self.dims
         model = L.model
         tokens = cfg.global_batch_size * model.seq_length
@@ -195,7 +177,7 @@ class StepModel:
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
                           dict(traffic.stats), per_stage, list(ends), traffic.s.sim.interference, traffic.s.sim,
-                          moe_breakdown(self) if L.model.is_moe else {})
+                          moe_breakdown(self) if L.model.is_moe else {}, copies)
 
 
 class _StepEnd:
@@ -233,7 +215,7 @@ class _StepEnd:
             raise SimcommError("the pipeline did not finish (a schedule dependency was never met)")
         step_time = max(self.ends)
         for st in stages:
-            st.acc["bubble"] += step_time - self.ends[st.rank]
+            st.idle(self.ends[st.rank], step_time - self.ends[st.rank])
         return self.ends
 
     def _stage(self, st: StageTiming):
@@ -260,7 +242,7 @@ class _StepEnd:
         if self.tied and r in (0, pp - 1):
             t = env.now
             yield self.grads_done[pp - 1 - r if r else pp - 1]  # the other end of the embedding group
-            st.acc["bubble"] += env.now - t
+            st.idle(t, env.now - t)
             t = env.now
             yield self._embedding_all_reduce()
             st.acc["dp"] += env.now - t
@@ -350,7 +332,7 @@ class _StepEnd:
         env, r = self.env, st.rank
         yield everyone
         t = env.now
-        st.acc["bubble"] += t - self.idle_from[r]
+        st.idle(self.idle_from[r], t - self.idle_from[r])
         if self._norm is None:
             self._norm = self._optimizer_collectives()
         yield self._norm
@@ -366,26 +348,6 @@ class _StepEnd:
             yield env.all_of(gathers)
             st.acc["dp"] += env.now - t
         self.ends[r] = env.now
-
-
-def _layer_records(r: int, a, p, starts, ranks) -> list:
-    """The trace of one pass: each layer's block and its TP/CP communication (with the tags the Session gave
-    them when the template ran), on each of `ranks`."""
-    out = []
-    phase = PHASE_NAMES[a.phase]
-    for part, t0 in zip(p.parts, starts):
-        tpl = part.template
-        name = "embedding" if part.layer == -1 else "output" if part.layer == -2 else f"L{part.layer}"
-        tags = {"stage": r, "microbatch": a.microbatch, "chunk": a.chunk, "layer": part.layer,
-                "phase": part.phase if part.phase == "recompute" else phase, "stream": "compute"}
-        label = f"{'R' if part.phase == 'recompute' else a.phase}{a.microbatch} {name}"
-        comm = [seg for seg in tpl.segments if seg.stream != "compute"]
-        for rank in ranks.tolist():
-            out.append(Activity(rank, "compute", t0, t0 + tpl.duration, tpl.flops, label, tags=tags))
-            for seg in comm:
-                st = {**tags, **seg.tags, "stream": seg.stream, "group": f"{seg.stream} group of stage {r}"}
-                out.append(Activity(rank, seg.kind, t0 + seg.start, t0 + seg.end, seg.nbytes, seg.name, tags=st))
-    return out
 
 
 __all__ = ["StepModel", "TemplateCache", "optimizer_seconds"]

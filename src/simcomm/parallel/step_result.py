@@ -46,6 +46,8 @@ class StepResult:
     interference: bool = False  # compute and communication shared the GPUs (the breakdown lists its cost)
     simulation: object = field(default=None, repr=False, compare=False)  # the engine it ran on (its records)
     moe: dict = field(default_factory=dict)  # MoE models: router, experts, dispatch/combine, imbalance
+    copies: object = field(default=None, repr=False, compare=False)  # step_trace.RankCopies: who stands for whom
+    bubbles: list = field(default_factory=list, repr=False, compare=False)  # per stage: its (start, end) waits
 
     @property
     def categories(self) -> tuple[str, ...]:

@@ -21,12 +21,13 @@ def write_outputs(result, out_dir, json_file=None, trace_file=None, plots=(), ra
     written: dict[str, str] = {}
     if trace_file or plots:
         out.mkdir(parents=True, exist_ok=True)
-    timeline = result.timeline if (trace_file or rank_traces or set(plots) & {"timeline", "links", "schedule"}) \
+    timeline = result.timeline if (trace_file or set(plots) & {"timeline", "links", "schedule"}) \
         else []
     loads = result.simulation.recorder.link_loads if result.simulation is not None else None
     if rank_traces:
         from .kineto import write_rank_traces
-        write_rank_traces(timeline, result.cluster, out / rank_traces)
+        acts = result.activities(kernels=True)
+        write_rank_traces(acts, result.cluster, out / rank_traces, result.copies, result.about_ranks(acts))
         written["rank_traces"] = str(out / rank_traces)
     if trace_file:
         from .perfetto import chrome_trace

@@ -71,8 +71,8 @@ def _lanes(events: list) -> list[int]:
     return lane
 
 
-def _collective_args(a, info: dict, groups: dict) -> dict:
-    ranks = groups.get((a.label, a.start, a.end), [a.rank])
+def _collective_args(a, info: dict) -> dict:
+    ranks = list(a.group or (a.rank,))
     n = len(ranks)
     dt = info.get("dtype")
     size = DTYPES[dt].itemsize if dt in DTYPES else None
@@ -104,10 +104,6 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
     if len(acts) > max_events:  # keep collectives and spans, drop per-flow detail
         keep = [a for a in acts if a.kind != "send"]
         dropped, acts = len(acts) - len(keep), keep
-    groups: dict = {}
-    for a in acts:
-        if a.kind == "collective":
-            groups.setdefault((a.label, a.start, a.end), []).append(a.rank)
     # (pid, track) -> [(start_ns, end_ns, event dict, flow id or None, is_recv)]
     tracks: dict[tuple[int, str], list] = {}
     stage_of: dict[int, int] = {}  # rank -> pipeline stage, when the records say
@@ -117,7 +113,7 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
         if a.kind == "collective":
             info = collective_info(a.tags)
             name = (f"gloo:{info['kind']}" if gloo else kernel_name(info)) if info else a.label
-            args = _collective_args(a, info, groups) if info else {"bytes": a.nbytes}
+            args = _collective_args(a, info) if info else {"bytes": a.nbytes}
         else:
             name, args = a.label or a.kind, {"bytes": a.nbytes}
             if a.tags:  # stage, microbatch, layer, phase, ... of a training step's blocks

@@ -29,10 +29,21 @@ class RunResult:
     notes: list = field(default_factory=list)
     details: dict = field(default_factory=dict)  # more JSON, under its own keys (e.g. "step" for training)
     plot_data: dict = field(default_factory=dict)  # plot name -> what the report's renderer of that plot takes
+    # which simulated rank each rank's per-rank trace is made from (report/kineto.py), where the workload simulated
+    # some GPUs for others; None: every rank that ran something has its own records
+    copies: Any = None
 
     @property
     def timeline(self) -> list:
-        return self.simulation.recorder.activities() if self.simulation is not None else []
+        return self.activities()
+
+    def activities(self, kernels: bool = False) -> list:
+        """The simulation's records (`kernels`: down to the kernels of blocks that are made of them)."""
+        return self.simulation.recorder.activities(kernels) if self.simulation is not None else []
+
+    def about_ranks(self, activities) -> dict:
+        """{rank: what the report says of it} for the per-rank traces (report/kineto.py), read off `activities`."""
+        return {}
 
     def row_dicts(self) -> list[dict]:
         return [r if isinstance(r, dict) else r.as_dict() for r in self.rows]

@@ -25,6 +25,7 @@ from ..fields import Base, Size, described
 from ..parallel import (PRESETS, Layout, LayoutError, ModelConfigError, StepModel, TrainingConfig, TransformerConfig,
                         build_layout, model_preset)
 from ..parallel.config import FIELDS
+from ..parallel.step_trace import stage_figures
 from ..units import format_size
 from ..vocab import did_you_mean
 from .base import RunResult, Workload
@@ -175,10 +176,12 @@ class TrainingResult(RunResult):
 
     traced: frozenset = frozenset()
 
-    @property
-    def timeline(self) -> list:
-        acts = super().timeline
+    def activities(self, kernels: bool = False) -> list:
+        acts = super().activities(kernels)
         return [a for a in acts if a.rank in self.traced] if self.traced else acts
+
+    def about_ranks(self, activities) -> dict:
+        return stage_figures(self.step, activities)
 
 
 class TrainingWorkload(Workload):
@@ -204,6 +207,7 @@ class TrainingWorkload(Workload):
         result = TrainingResult(name, self.kind, cluster, rows, step.simulation, notes=list(step.notes),
                                 details={"step": step.as_dict()})
         result.traced = traced
+        result.copies = step.copies
         result.step = step
         result.plot_data["breakdown"] = result.details["step"]
         return result

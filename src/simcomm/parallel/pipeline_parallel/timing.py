@@ -46,7 +46,8 @@ class Pipeline:
         self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
         self.arrivals: dict = {}  # (F | B, microbatch, rank, chunk it is for) -> [event, time its transfer started]
         self.posted: dict = {}  # the same keys -> event: its receive is posted
-        self.instances: list = []  # (rank, action, pass, part start times), in the order the passes ended
+        # (rank, action, pass, its compute jobs as (first part, end part, progress)), in the order the passes ended
+        self.instances: list = []
         self._mixes: dict = {}
         self.stages = [StageTiming(self, r) for r in range(dims.pp)]
 
@@ -88,6 +89,7 @@ class StageTiming:
         self.env, self.session = pipeline.env, pipeline.session
         self.ranks = pipeline.ranks[rank]
         self.acc = {k: 0.0 for k in CATEGORIES}
+        self.bubbles: list[tuple[float, float]] = []  # when it waited for work not yet produced
         dp = pipeline.dp
         self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
         self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
@@ -191,7 +193,7 @@ class StageTiming:
             sent = max((d[1] for d in deps if d[1] is not None), default=t_a)
             comm = t_a - max(sent, t_w)
             self.acc["pp"] += comm
-            self.acc["bubble"] += (t_a - t_w) - comm
+            self.idle(t_w, (t_a - t_w) - comm)
 
     def _run_pass(self, a, p, tags):
         """The pass on the compute stream, cut where a part must wait for its parameters. The policy's cuts are
@@ -202,7 +204,7 @@ class StageTiming:
         cut = dp.before_pass(self.rank, a, p)
         n = len(p.parts)
         bounds = sorted({0, *cut}) + [n]
-        starts = [0.0] * n
+        jobs = []
         for x, y in zip(bounds, bounds[1:]):
             dep = cut.get(x)
             if dep is not None:
@@ -216,10 +218,10 @@ class StageTiming:
             i, j = math.floor(x), math.ceil(y)
             secs = _span(p, x, y)
             t0, origin = env.now, _at(p, x)
-            for k in range(math.ceil(x), j):
-                starts[k] = t0 + p.parts[k].offset - origin
-            yield self.session.compute(self.ranks, seconds=secs, tags=tags, label=_label(a),
-                                       kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
+            op = self.session.compute(self.ranks, seconds=secs, tags={**tags, "annotation": "pass"}, label=_label(a),
+                                      kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
+            yield op
+            jobs.append((i, j, op.progress))
             took = env.now - t0
             self.acc["interference"] += slowed(took, secs)  # slowed by communication beside it
             if self.after_part is not None:
@@ -230,7 +232,13 @@ class StageTiming:
                                     * scale)
         for k, v in p.breakdown.items():
             self.acc[k] += v
-        self.p.instances.append((self.rank, a, p, starts))
+        self.p.instances.append((self.rank, a, p, jobs))
+
+    def idle(self, start: float, seconds: float) -> None:
+        """The stage waited `seconds` from `start` for work not yet produced (the bubble)."""
+        self.acc["bubble"] += seconds
+        if seconds > 0:
+            self.bubbles.append((start, start + seconds))
 
     def _send(self, key, tags):
         """The pass's output to the next virtual stage (its previous one for a gradient), arriving at `key`: after
