@@ -235,7 +235,7 @@ class _StepEnd:
         if self.mirrored:
             t = env.now
             yield self.grads_done[pp - 1 - r]
-            st.acc["bubble"] += env.now - t
+            st.idle(t, env.now - t)
             t = env.now
             yield self._mirror_all_reduce(min(r, pp - 1 - r))
             st.acc["pp"] += env.now - t

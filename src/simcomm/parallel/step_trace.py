@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.trace import Activity, overlap, union
-from .pipeline_parallel.schedules import FORWARD
+from .pipeline_parallel.actions import FORWARD, PHASE_NAMES
 
 LAYER_BUDGET = 100_000  # layers and their TP/CP transfers in the timeline at most (else of the traced GPUs only)
 KERNEL_BUDGET = 500_000  # layers, kernels and TP/CP transfers of the traced GPUs at most (else only the passes)
@@ -92,10 +92,10 @@ def pass_records(dims, stage: int, action, p, jobs, gpu: int, kernels: bool) -> 
         times = iter(progress.times(gpu, offsets).tolist())
         for x in parts:
             name = "embedding" if x.layer == -1 else "output" if x.layer == -2 else f"L{x.layer}"
-            phase = x.phase if x.phase == "recompute" else "forward" if forward else "backward"
+            phase = x.phase if x.phase == "recompute" else PHASE_NAMES[action.phase]
             tags = {"stage": stage, "microbatch": action.microbatch, "chunk": action.chunk, "layer": x.layer,
                     "phase": phase, "stream": "compute"}
-            letter = "F" if forward else "R" if x.phase == "recompute" else "B"
+            letter = "R" if x.phase == "recompute" else action.phase
             out.append(Activity(gpu, "compute", next(times), next(times), x.template.flops,
                                 f"{letter}{action.microbatch} {name}", tags={**tags, "annotation": "layer"}))
             for seg in x.template.segments:
@@ -129,7 +129,8 @@ def stage_figures(step, activities) -> dict[int, dict]:
     out = {}
     for gpu in step.copies.sources:
         stage = dims.coords(gpu)["pp"]
-        out[gpu] = {"stage": stage, "step_time": step.step_time, "breakdown": dict(step.stages[stage]),
+        breakdown = {k: step.stages[stage][k] for k in step.categories}  # as the report prints it
+        out[gpu] = {"stage": stage, "step_time": step.step_time, "breakdown": breakdown,
                     "communication_while_idle": communication_while_idle(step, activities, gpu)}
     return out
 

@@ -152,7 +152,7 @@ class StageTiming:
         yield self.env.all_of(ops)
         began = max(self.p.arrival(k)[1] for k, _ in sends)
         waited = max(0.0, min(began, self.env.now) - t)
-        self.acc["bubble"] += waited
+        self.idle(t, waited)
         self.acc["pp"] += self.env.now - t - waited
 
     def _receives(self, a):
