@@ -154,7 +154,7 @@ def add_parser(sub) -> None:
     p.add_argument("--mbs", type=wholes(1), help="micro-batch sizes (default 1,2,4)")
     p.add_argument("--zero", type=wholes(0, 3), help="ZeRO stages (default 0,1,2,3; 3 only with pp 1)")
     p.add_argument("--schedules", help="of 1f1b, interleaved_1f1b, gpipe, zb_h1, zb_h2, interleaved_zb, zbv, "
-                   "dualpipev, dualpipe, looped_bfs (default: all)")
+                   "dualpipev, dualpipe, looped_bfs (default: 1f1b, interleaved_1f1b, gpipe; the others when named)")
     p.add_argument("--recompute", help="none,selective,full (default: all three)")
     p.add_argument("--max-virtual", type=whole(1), help="largest v for the interleaved schedule (default 8)")
     p.add_argument("--plot", help="write a PNG of step time against peak memory for every layout that fits")
