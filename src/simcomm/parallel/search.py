@@ -434,35 +434,7 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
             reasons = list(dict.fromkeys(r["error"] for r in rows))
             raise ConfigError(f"none of the {len(rows)} layouts can be built: " + "; ".join(reasons[:3]) +
                               (f"; and {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""), None)
-        # best first over the lower bounds: (bound, index); a compute bound is refined, a schedule bound simulated
-        heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
-        heapq.heapify(heap)
-        simulated = 0
-        best = float("inf")
-        while heap and simulated < max_simulate:
-            if simulated >= simulate_at_least and heap[0][0] >= best:
-                break
-            want = SIMULATE_BATCH if simulated >= simulate_at_least else simulate_at_least - simulated
-            want = min(want, max_simulate - simulated)
-            # the lowest bounds: refine the compute bounds among them until the lowest `want` are schedule bounds
-            top = [t for t in heapq.nsmallest(want, heap) if simulated < simulate_at_least or t[0] < best]
-            if any(rows[i]["bound_kind"] == "compute" for _b, i in top):
-                batch = [i for _b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap)
-                         if rows[i]["bound_kind"] == "compute"]
-                drop = set(batch)
-                heap = [(b, i) for b, i in heap if i not in drop]
-                for i, res in run(bound, batch):
-                    rows[i].update(res)
-                    heap.append((res["bound"], i))
-                heapq.heapify(heap)
-                continue
-            batch = [heapq.heappop(heap)[1] for _ in top]
-            for i, res in run(simulate, batch):
-                rows[i].update(res)
-                if "step_time" in res:
-                    best = min(best, res["step_time"])
-            simulated += len(batch)
-        proven = not heap or heap[0][0] >= best
+        simulated, proven = _best_first(rows, run, simulate_at_least, max_simulate)
         rows_alone = sorted((i for i, r in enumerate(rows) if "step_time" in r), key=lambda i: rows[i]["step_time"])
         for i, res in run(simulate_alone, rows_alone[:alone]):
             rows[i].update(res)
@@ -482,6 +454,40 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
         return (2, r.get("peak_memory", float("inf"))) if "error" not in r else (3, 0.0)
     rows.sort(key=key)
     return PlanResult(rows, len(cands), simulated, proven, own=mine)
+
+
+def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int) -> tuple[int, bool]:
+    """Simulate layouts best first over their lower bounds, `run(fn, indices)` doing the work: a compute bound is
+    refined to a schedule bound, a schedule bound simulated, until the best simulated step is below every bound
+    left (proven) or `max_simulate` ran. Returns (layouts simulated, proven)."""
+    heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
+    heapq.heapify(heap)
+    simulated = 0
+    best = float("inf")
+    while heap and simulated < max_simulate:
+        if simulated >= simulate_at_least and heap[0][0] >= best:
+            break
+        want = SIMULATE_BATCH if simulated >= simulate_at_least else simulate_at_least - simulated
+        want = min(want, max_simulate - simulated)
+        # the lowest bounds: refine the compute bounds among them until the lowest `want` are schedule bounds
+        top = [t for t in heapq.nsmallest(want, heap) if simulated < simulate_at_least or t[0] < best]
+        if any(rows[i]["bound_kind"] == "compute" for _b, i in top):
+            batch = [i for _b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap)
+                     if rows[i]["bound_kind"] == "compute"]
+            drop = set(batch)
+            heap = [(b, i) for b, i in heap if i not in drop]
+            for i, res in run(bound, batch):
+                rows[i].update(res)
+                heap.append((res["bound"], i))
+            heapq.heapify(heap)
+            continue
+        batch = [heapq.heappop(heap)[1] for _ in top]
+        for i, res in run(simulate, batch):
+            rows[i].update(res)
+            if "step_time" in res:
+                best = min(best, res["step_time"])
+        simulated += len(batch)
+    return simulated, not heap or heap[0][0] >= best
 
 
 def _own(given: TrainingConfig, base: TrainingConfig, cands: list[Candidate], rows: list[dict], call) -> dict:
