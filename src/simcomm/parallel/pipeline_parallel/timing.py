@@ -30,8 +30,9 @@ from ..step_result import CATEGORIES
 from .actions import FORWARD, INPUT_GRADIENT, PHASE_NAMES, WEIGHT_GRADIENT, computations
 
 
-# The schedules whose p2p follows Megatron-LM's (blocking, batched exchanges; receives posted by _posted_with).
-MEGATRON_SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")
+# The schedules whose p2p follows Megatron-LM's (blocking, batched exchanges; receives posted by _posted_with);
+# frameworks.MEGATRON_SCHEDULES are those Megatron-LM offers (GPipe is not one).
+MEGATRON_P2P_SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")
 
 
 class Pipeline:
@@ -103,7 +104,7 @@ class StageTiming:
         (zero bubble, V, DualPipe, looped BFS) issue their irecvs ahead, so every receive is posted at the start."""
         layout, dp, placement = self.p.layout, self.p.dp, self.p.layout.placement
         cfg, actions = layout.config, self.actions
-        megatron = layout.schedule_name in MEGATRON_SCHEDULES
+        megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
         interleaved, deferred = layout.chunks > 1 and megatron, []
         lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
         steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
