@@ -15,8 +15,9 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "torch"
 
 
 def _lines(text: str) -> list[str]:
-    """Output lines, sorted; real ranks print concurrently, so a line may start mid-line after another's text."""
-    return sorted(p.strip() for p in re.split(r"\n|(?=rank \d+[ :])", text) if p.strip())
+    """Output lines, sorted; real ranks print concurrently, so a line may start mid-line after another's text (the
+    examples' lines start "rank N" or "step N"; "step N" also follows "rank N " inside a line)."""
+    return sorted(p.strip() for p in re.split(r"\n|(?=rank \d+[ :])|(?<=\S)(?=step \d+ )", text) if p.strip())
 
 
 def real_lines(script, args=(), nproc=None) -> list[str]:
