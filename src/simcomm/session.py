@@ -30,7 +30,7 @@ from .algorithms import ALGORITHMS, PROTOCOLS, Buffers, Collective, ReduceOp, ru
 from .algorithms.channels import p2p_channels
 from .algorithms.reduce_ops import as_reduce_op, check_op
 from .algorithms.run import choice_for
-from .engine import NO_TAGS, SPREAD_MIX, Mix, Simulation
+from .engine import NO_TAGS, SPREAD_MIX, Mix, Simulation, when_all
 from .engine.compute import holding
 from .errors import SimcommError
 from .errors import shown as _shown
@@ -323,11 +323,7 @@ class Session:
         if not deps:
             body(op)
             return op
-
-        def waiter():
-            yield self.env.all_of(deps)
-            body(op)
-        self.env.process(waiter())
+        when_all(self.env, deps, lambda: body(op))
         return op
 
     def collective(self, kind: str, ranks, size=None, *, count: int | None = None, data=None,

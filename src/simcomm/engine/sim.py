@@ -31,6 +31,14 @@ class CountingEnvironment(simpy.Environment):
         super().schedule(event, priority, delay)
 
 
+def when_all(env: simpy.Environment, events: list, then) -> None:
+    """Call then() once every one of `events` (none processed yet) has fired, as a process that yields
+    env.all_of(events) and then calls it would, at the same point of the event order, without the process (its
+    start event and generator: a pipeline send waiting for its receive is one of thousands per step). A failed
+    event is raised by simpy, as the process would have failed."""
+    env.all_of(events).callbacks.append(lambda e: then() if e.ok else None)
+
+
 class Simulation:
     """One simulated run on one cluster.
 
