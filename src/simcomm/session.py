@@ -466,9 +466,12 @@ class Session:
         rate = self.sim.compute.rate if rate is None else float(_check_amount("compute rate", rate, ranks=0))
         if not rate > 0:
             raise SimcommError(f"compute rate must be positive, got {rate!r}")
-        with np.errstate(over="ignore"):
-            ends = flops / rate + seconds + self.now
-        if not np.isfinite(ends).all():
+        if flops.ndim == seconds.ndim == 0:  # scalars: Python floats overflow to inf without a warning
+            finite = math.isfinite(float(flops) / rate + float(seconds) + self.now)
+        else:
+            with np.errstate(over="ignore"):
+                finite = np.isfinite(flops / rate + seconds + self.now).all()
+        if not finite:
             raise SimcommError(f"compute: flops={_shown(flops.tolist())} at {rate:g} flop/s plus "
                                f"seconds={_shown(seconds.tolist())} would end at a time that is not finite")
         mix = _as_mix(kernels)

@@ -221,7 +221,7 @@ class ComputeQueue(DeviceQueue):
 
     def hold(self, ranks: np.ndarray, sms, margin: bool = False) -> Callable[[], None] | None:
         """occupy() for distinct `ranks` (SMs scalar or one per rank; see `holding`)."""
-        if not self.sharing or not len(ranks) or not np.any(sms):
+        if not self.sharing or not len(ranks) or not (sms.any() if isinstance(sms, np.ndarray) else sms):
             return None
         taken = sms if margin else 0
         self._change(ranks, sms, taken)

@@ -19,6 +19,7 @@ NO_TAGS: Mapping = MappingProxyType({})
 
 import numpy as np
 
+from ..arrays import filled
 from ..errors import SimcommError
 
 DETAILS = ("flows", "steps")  # what a Recorder keeps: every flow, or only aggregated steps
@@ -86,7 +87,7 @@ class Recorder:
     def spans(self, kind: str, ranks, start, end, amount, label: str = "", tags: Mapping = NO_TAGS) -> None:
         """The same operation on several ranks (start, end and amount scalars or one per rank)."""
         self._spans.append((kind, np.array(ranks), np.array(start, dtype=float), np.array(end, dtype=float),
-                            np.broadcast_to(np.asarray(amount, dtype=float), np.shape(ranks)).copy(), label,
+                            filled(amount, np.shape(ranks)), label,
                             tags))
 
     def step_spans(self, kind: str, ranks, start, end, amount, label: str = "", tags: Mapping = NO_TAGS,
