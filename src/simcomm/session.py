@@ -125,6 +125,15 @@ def _check_amount(name: str, value, ranks: int | None = None, limit: float = mat
     return arr
 
 
+def _within(group: np.ndarray, n: int) -> bool:
+    """Whether every rank of a (non-empty) group is in 0..n-1: a short group's bounds from a list (two numpy
+    reductions cost more)."""
+    if len(group) <= 64:
+        ranks = group.tolist()
+        return min(ranks) >= 0 and max(ranks) < n
+    return bool(group.min() >= 0 and group.max() < n)
+
+
 def _tags(what: str, tags) -> Mapping:
     if tags is None:
         return NO_TAGS
@@ -268,15 +277,18 @@ class Session:
         """`ranks` as global ranks, each in 0..num_ranks-1 (and distinct if asked); a SimcommError naming `what`
         and the offending rank otherwise."""
         n = self.cluster.num_ranks
-        try:
-            raw = np.atleast_1d(np.asarray(list(ranks) if not isinstance(ranks, np.ndarray) and isinstance(
-                ranks, Iterable) else ranks))
-        except ValueError:  # a ragged list
-            raw = None
-        if raw is None or (raw.size and (raw.ndim != 1 or raw.dtype.kind not in "iu")):
-            raise SimcommError(f"{what}: expected global ranks (whole numbers 0..{n - 1}), got {ranks!r}")
-        group = raw.astype(np.int64, copy=False)
-        if group.size and (group.min() < 0 or group.max() >= n):
+        if type(ranks) is np.ndarray and ranks.dtype == np.int64 and ranks.ndim == 1:  # as schedules pass them
+            group = ranks
+        else:
+            try:
+                raw = np.atleast_1d(np.asarray(list(ranks) if not isinstance(ranks, np.ndarray) and isinstance(
+                    ranks, Iterable) else ranks))
+            except ValueError:  # a ragged list
+                raw = None
+            if raw is None or (raw.size and (raw.ndim != 1 or raw.dtype.kind not in "iu")):
+                raise SimcommError(f"{what}: expected global ranks (whole numbers 0..{n - 1}), got {ranks!r}")
+            group = raw.astype(np.int64, copy=False)
+        if group.size and not _within(group, n):
             bad = int(group[(group < 0) | (group >= n)][0])
             raise SimcommError(f"{what}: rank {bad} is out of range; {self.cluster.name} has ranks 0..{n - 1}")
         if distinct and len(unique(group)) != len(group):

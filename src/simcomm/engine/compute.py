@@ -111,8 +111,9 @@ class Job:
     trail: list = field(default_factory=list)  # (indices, at, pos, held, margin) at its start and each re-rate
 
     def note(self, idx: np.ndarray, held: np.ndarray, margin: np.ndarray) -> None:
-        """Where ranks `idx` (indices into `ranks`) stand now and at what SMs taken they go on (progress.py)."""
-        self.trail.append((idx, self.at[idx].copy(), self.pos[idx].copy(), held.copy(), margin.copy()))
+        """Where ranks `idx` (indices into `ranks`, an array) stand now and at what SMs taken they go on
+        (progress.py); `held` and `margin` are kept as given (callers pass arrays of their own)."""
+        self.trail.append((idx, self.at[idx], self.pos[idx], held, margin))
 
 
 def holding(ranks, sms) -> tuple[np.ndarray, np.ndarray]:
