@@ -427,8 +427,7 @@ class Session:
             def done(_e):
                 if release is not None:
                     release()
-                for s, d, b, f in zip(src.tolist(), dst.tolist(), tr.nbytes.tolist(), tr.finish.tolist()):
-                    self.sim.recorder.op(s, "p2p", o.start, f, b, label or f"send {s}->{d}", d, o.tags)
+                self.sim.recorder.sends(src.copy(), dst.copy(), o.start, tr.finish.copy(), tr.nbytes, label, o.tags)
                 o._finish(tr)
             tr.done.callbacks.append(done)
         return self._start(result, after, body)

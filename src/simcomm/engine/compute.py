@@ -189,12 +189,13 @@ class ComputeQueue(DeviceQueue):
     def _queue(self, ranks, seconds: float, mix: Mix, on_done, label, tags, amount) -> Job:
         now = self.env.now
         start = np.maximum(self.free_at[ranks], now)
-        end = start + seconds * self._wall_end(mix, ranks) if self.held[ranks].any() else start + seconds
+        held = self.held[ranks]
+        end = start + seconds * self._wall_end(mix, ranks) if held.any() else start + seconds
         self.free_at[ranks] = end
         job = Job(self._order, ranks, mix, seconds, start, end, np.zeros(len(ranks)), start.copy(), on_done, label,
                   tags, amount)
         self._order += 1
-        job.note(np.arange(len(ranks)), self.held[ranks], self.margin[ranks])
+        job.note(np.arange(len(ranks)), held, self.margin[ranks])
         for r in ranks.tolist():
             self._jobs.setdefault(r, []).append(job)
         self._schedule(job)

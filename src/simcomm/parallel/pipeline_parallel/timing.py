@@ -45,11 +45,13 @@ class Pipeline:
         self.activation_bytes = activation_bytes
         dims = layout.dims
         self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
+        self.placement = layout.placement
         self.arrivals: dict = {}  # (F | B, microbatch, rank, chunk it is for) -> [event, time its transfer started]
         self.posted: dict = {}  # the same keys -> event: its receive is posted
         # (rank, action, pass, its compute jobs as (first part, end part, progress)), in the order the passes ended
         self.instances: list = []
         self._mixes: dict = {}
+        self._spans: dict = {}
         self.stages = [StageTiming(self, r) for r in range(dims.pp)]
 
     def arrival(self, key) -> list:
@@ -62,6 +64,14 @@ class Pipeline:
         if key not in self.posted:
             self.posted[key] = self.env.event()
         return self.posted[key]
+
+    def span(self, p, x, y) -> float:
+        """_span(p, x, y), worked out once per pass and cut (a step runs each pass many times)."""
+        key = (id(p), x, y)
+        got = self._spans.get(key)
+        if got is None:
+            got = self._spans[key] = _span(p, x, y)
+        return got
 
     def mix(self, p, i: int, j: int) -> Mix | None:
         """What parts i..j-1 of pass p are made of (their templates' kernels and idle waits), for the engine to
@@ -94,6 +104,7 @@ class StageTiming:
         dp = pipeline.dp
         self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
         self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
+        self.receives = [self._receives(a) for a in self.actions]  # the arrival each waits for, or None
         self.last_backward = {c: max(i for i, a in enumerate(self.actions) if a.phase in WEIGHT_GRADIENT and
                                      a.chunk == c) for c in range(pipeline.layout.chunks)}
 
@@ -102,21 +113,21 @@ class StageTiming:
         (where the layout's placement puts it), runs, and sends its output on. A send waits for its receive
         (p2p_rendezvous): Megatron's schedules post receives as _posted_with says; torch.distributed.pipelining's
         (zero bubble, V, DualPipe, looped BFS) issue their irecvs ahead, so every receive is posted at the start."""
-        layout, dp, placement = self.p.layout, self.p.dp, self.p.layout.placement
-        cfg, actions = layout.config, self.actions
+        layout, dp, placement = self.p.layout, self.p.dp, self.p.placement
+        cfg, actions, receives = layout.config, self.actions, self.receives
         megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
         interleaved, deferred = layout.chunks > 1 and megatron, []
         lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
         steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
         if not megatron:
-            self._post(*(k for k in map(self._receives, actions) if k is not None))
+            self._post(*(k for k in receives if k is not None))
         for i, a in enumerate(actions):
             forward = a.phase == FORWARD
-            key = self._receives(a)
+            key = receives[i]
             if key is not None:
                 self._post(key)  # a blocking recv of its own, unless posted with an earlier action
             when, ahead = _posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
-            ahead = [k for k in map(self._receives, ahead) if k is not None]
+            ahead = [k for k in (receives[j] for j in ahead) if k is not None]
             yield from self._wait([self.p.arrival(key)] if key is not None else [])
             p = self.p.passes[(self.rank, a.chunk, a.phase)]
             tags = {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk, "phase": PHASE_NAMES[a.phase]}
@@ -158,7 +169,7 @@ class StageTiming:
 
     def _receives(self, a):
         """The arrival an action waits for: (F | B, microbatch, this rank, its chunk), or None."""
-        placement = self.p.layout.placement
+        placement = self.p.placement
         if a.phase == FORWARD:
             source = placement.prev(self.rank, a.chunk)
         else:
@@ -217,7 +228,7 @@ class StageTiming:
             if y <= x:
                 continue
             i, j = math.floor(x), math.ceil(y)
-            secs = _span(p, x, y)
+            secs = self.p.span(p, x, y)
             t0, origin = env.now, _at(p, x)
             op = self.session.compute(self.ranks, seconds=secs, tags={**tags, "annotation": "pass"}, label=_label(a),
                                       kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
@@ -275,19 +286,19 @@ def slowed(took: float, alone: float) -> float:
 
 
 def _posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
-    """The receives a rank posts around action i's pass, as Megatron's schedules do: ('start', next actions) with
-    overlap_p2p_comm (asynchronous receives posted before the compute); ('end', next actions) when they are batched
-    with action i's send (send_forward_recv_backward and the like; in the interleaved schedule every exchange is
-    batched, and the one after a backward, or after the last warm-up forward, also receives the next backward's
-    gradient); ('wait', []) when the next receive is a blocking call of its own after the send (1F1B's warm-up and
-    cool-down)."""
+    """The receives a rank posts around action i's pass, as Megatron's schedules do: ('start', next actions, by
+    index) with overlap_p2p_comm (asynchronous receives posted before the compute); ('end', next actions) when they
+    are batched with action i's send (send_forward_recv_backward and the like; in the interleaved schedule every
+    exchange is batched, and the one after a backward, or after the last warm-up forward, also receives the next
+    backward's gradient); ('wait', []) when the next receive is a blocking call of its own after the send (1F1B's
+    warm-up and cool-down)."""
     nxt = list(actions[i + 1:i + 3])
     if not nxt:
         return "wait", []
     if interleaved and len(nxt) == 2 and nxt[0].phase == FORWARD and nxt[1].phase != FORWARD:
-        ahead = nxt
+        ahead = [i + 1, i + 2]
     else:
-        ahead = nxt[:1]
+        ahead = [i + 1]
     if overlap:
         return "start", ahead
     if interleaved or actions[i].phase != nxt[0].phase:
