@@ -401,11 +401,12 @@ class FlowNetwork:
         self._schedule_next()
 
     def _finish(self, done: np.ndarray) -> None:
-        lat = self._latency_table()
         bid, index = self._bid[done], self._index[done]
         if not len(bid):
             return
         single = bid[0] == bid[-1]
+        route, extra = self._route[done], self._extra[done]
+        lat = self._latency_table()[route]
         for b in ([int(bid[0])] if single else unique(bid).tolist()):
             t = self._batches[b]
             sel = slice(None) if single else bid == b
@@ -413,7 +414,7 @@ class FlowNetwork:
             if rec is not None:
                 rec.bw_done[index[sel]] = self.env.now - rec.start
             if t.with_latency:
-                arrival = self.env.now + lat[self._route[done][sel]] + self._extra[done][sel]
+                arrival = self.env.now + lat[sel] + extra[sel]
                 t._last_arrival = max(t._last_arrival, float(arrival.max()))
             else:
                 arrival = self.env.now

@@ -105,6 +105,7 @@ class StageTiming:
         self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
         self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
         self.receives = [self._receives(a) for a in self.actions]  # the arrival each waits for, or None
+        self.outputs = [self._output(a) for a in self.actions]  # the (rank, chunk) each one's output goes to
         self.last_backward = {c: max(i for i, a in enumerate(self.actions) if a.phase in WEIGHT_GRADIENT and
                                      a.chunk == c) for c in range(pipeline.layout.chunks)}
 
@@ -113,7 +114,7 @@ class StageTiming:
         (where the layout's placement puts it), runs, and sends its output on. A send waits for its receive
         (p2p_rendezvous): Megatron's schedules post receives as _posted_with says; torch.distributed.pipelining's
         (zero bubble, V, DualPipe, looped BFS) issue their irecvs ahead, so every receive is posted at the start."""
-        layout, dp, placement = self.p.layout, self.p.dp, self.p.placement
+        layout, dp = self.p.layout, self.p.dp
         cfg, actions, receives = layout.config, self.actions, self.receives
         megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
         interleaved, deferred = layout.chunks > 1 and megatron, []
@@ -136,12 +137,11 @@ class StageTiming:
             if when == "start":
                 self._post(*ahead)
             yield from self._run_pass(a, p, tags)
-            if forward and placement.next(self.rank, a.chunk) is None:
+            to = self.outputs[i]
+            if forward and to is None:
                 yield from self._loss_all_reduce(tags)
             if when == "end":
                 self._post(*ahead)
-            to = placement.next(self.rank, a.chunk) if forward else \
-                placement.prev(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
             sends, deferred = deferred, []
             if to is not None and to[0] == self.rank:  # the V's turn: handed to the other chunk on this GPU
                 slot = self.p.arrival(("F" if forward else "B", a.microbatch, *to))
@@ -166,6 +166,14 @@ class StageTiming:
         waited = max(0.0, min(began, self.env.now) - t)
         self.idle(t, waited)
         self.acc["pp"] += self.env.now - t - waited
+
+    def _output(self, a):
+        """The (rank, chunk) an action's output goes to: a forward's to the next stage, an input gradient's to the
+        previous one; None for a weight pass and past either end."""
+        placement = self.p.placement
+        if a.phase == FORWARD:
+            return placement.next(self.rank, a.chunk)
+        return placement.prev(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
 
     def _receives(self, a):
         """The arrival an action waits for: (F | B, microbatch, this rank, its chunk), or None."""
