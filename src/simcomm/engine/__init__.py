@@ -10,5 +10,4 @@ from .trace import NO_TAGS, Activity, Recorder, resolve_detail
 
 __all__ = ["IDLE_KERNEL", "MEMORY_KERNEL", "NO_TAGS", "SPREAD_MIX", "Activity", "ComputeQueue", "CountingEnvironment",
            "DeviceQueue", "FlowNetwork", "Kernel", "Mix", "Recorder", "Simulation", "Transfer", "attention_kernel",
-           "gemm_kernel", "max_min_rates", "reduction_bytes", "resolve_detail",
-           "when_all"]
+           "gemm_kernel", "max_min_rates", "reduction_bytes", "resolve_detail", "when_all"]
