@@ -87,8 +87,9 @@ class Reduced:
             else np.empty(0, np.int64)
         self.blocks = blocks
         self.solves = 0
-        self._solved: dict = {}  # live flows (as bytes) -> their rates and check's verdict, for `_solved_for`
-        self._solved_for = None  # the Flows those are of: identical stages time the same flows again
+        # for the flows `_solved_for` (identical stages time the same flows again): live flows (as bytes) -> their
+        # rates and check's verdict; the flows on each link when all are live
+        self._solved, self._solved_for, self._live_on = {}, None, None
 
     def _rates(self, route: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """Max-min rate of each route class, given the live flows on each (engine.maxmin, as the network)."""
@@ -107,8 +108,6 @@ class Reduced:
     def _solve(self, flows: Flows, alive: np.ndarray, rate: np.ndarray, check) -> None:
         """The live flows' max-min rates into `rate`, and check's verdict on them into self.verdicts; solved
         once per set of live flows of these flows (the rates do not depend on when the stage starts)."""
-        if flows is not self._solved_for:
-            self._solved, self._solved_for = {}, flows
         key = alive.tobytes()
         known = self._solved.get(key)
         if known is None:
@@ -132,7 +131,10 @@ class Reduced:
             return finish
         remaining = flows.wire.astype(np.float64).copy()
         alive = np.ones(n, dtype=bool)
-        live_on = np.bincount(self._on(flows.route), minlength=len(self.capacity))  # live flows per link
+        if flows is not self._solved_for:
+            self._solved, self._solved_for = {}, flows
+            self._live_on = np.bincount(self._on(flows.route), minlength=len(self.capacity))
+        live_on = self._live_on.copy()  # live flows per link
         rate = np.empty(n)
         self._solve(flows, alive, rate, check)
         now = updated = t0
@@ -151,7 +153,7 @@ class Reduced:
             if not alive.any():
                 return finish
             freed = self._on(flows.route[ended])
-            np.subtract.at(live_on, freed, 1)
+            live_on -= np.bincount(freed, minlength=len(live_on))
             if (live_on[freed] > 0).any():  # max-min decomposes over flows that share no link
                 self._solve(flows, alive, rate, check)
             now = when

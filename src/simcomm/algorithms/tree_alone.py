@@ -18,7 +18,6 @@ from functools import partial
 import numpy as np
 
 from ..engine.resources import reduction_bytes
-from ..arrays import unique
 from .plan import Collective
 from .symmetric import (Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced,
                         merge)
@@ -74,7 +73,7 @@ class _Plan:
     nic: tuple | None
     count: float  # flows of the full problem
     chains: tuple  # channel 0's active edges: clock written, sender, receiver, its reduced flow, clock read
-    used: np.ndarray  # the reduced flows channel 0's edges ride
+    used: np.ndarray  # whether channel 0's edges ride each reduced flow
     latency: np.ndarray  # of each reduced flow
     reduce: np.ndarray | None  # HBM bytes each group rank reduces
 
@@ -215,7 +214,9 @@ class _Run:
         latency = np.full(len(flows.route), self.intra_latency)
         latency[edge_flow] = self.latency[active]  # one latency per reduced flow: its node pair's or NVLink's
         chains = (e.wrow[active], e.src[active], e.dst[active], edge_flow, e.rrow[active])
-        return _Plan(flows, reduced, nic, count, chains, unique(edge_flow), latency,
+        used = np.zeros(len(flows.route), dtype=bool)
+        used[edge_flow] = True
+        return _Plan(flows, reduced, nic, count, chains, used, latency,
                      self._reductions(active, self.slice_bytes[j[active]]))
 
     def _stage(self, active: np.ndarray, j: np.ndarray):
