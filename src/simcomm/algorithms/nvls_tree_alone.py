@@ -13,7 +13,7 @@ from functools import partial
 import numpy as np
 
 from ..engine.resources import reduction_bytes
-from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, UP, Layout, Shape
+from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, Layout, Shape
 from .plan import Collective
 from .symmetric import Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced
 
@@ -40,21 +40,14 @@ class _Run:
         self.latency_down = float(lat[down[0]]) + proto.hop(cluster.intra_node[2])
         self.hop_net = proto.hop("net")
         self.wire = proto.wire_factor
-        # node-tree edges (tree, child, parent, child's depth), in the plan's order
+        # each node-tree edge going up then down (the plan's order): sender node, receiver node, clock written and
+        # read, reduces
         sh = self.shape
-        inst, child = (np.concatenate(x) for x in zip(*[(np.full(int((p >= 0).sum()), i), np.flatnonzero(p >= 0))
-                                                         for i, p in enumerate(sh.parents)]))
-        par = np.array([sh.parents[i][c] for i, c in zip(inst, child)], dtype=np.int64)
-        depth = np.array([sh.depths[i][c] for i, c in zip(inst, child)], dtype=np.int64)
-        root = np.array([sh.parents[i][p] < 0 for i, p in zip(inst, par)])
-        kids = np.array([sh.has_kids[i][c] for i, c in zip(inst, child)])
-        self.e_inst, self.e_depth = inst, depth
-        # each edge going up then down: sender node, receiver node, clock written and read, reduces
-        self.t_src = np.stack([child, par], axis=1).reshape(-1)
-        self.t_dst = np.stack([par, child], axis=1).reshape(-1)
-        self.t_write = np.stack([np.where(root, DOWN, UP) + inst, DOWN + inst], axis=1).reshape(-1)
-        self.t_read = np.stack([np.where(kids, UP + inst, REDUCED), DOWN + inst], axis=1).reshape(-1)
-        self.t_up = np.tile([True, False], len(inst))
+        self.e_inst, self.e_depth = sh.inst, sh.depth_of
+        self.t_src = np.stack([sh.child, sh.parent], axis=1).reshape(-1)
+        self.t_dst = np.stack([sh.parent, sh.child], axis=1).reshape(-1)
+        self.t_write, self.t_read = sh.write.reshape(-1), sh.read.reshape(-1)
+        self.t_up = np.tile([True, False], len(sh.inst))
         pairs = self.t_src * nn + self.t_dst
         pair_ids, self.t_pair = np.unique(pairs, return_inverse=True)
         self.t_pair = self.t_pair.reshape(-1)
