@@ -22,7 +22,7 @@ from .plan import Collective
 from .symmetric import (Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced,
                         merge)
 from .tree_shape import dtree_parents, head_stride, tree_channels
-from .tree_schedule import _Edges, choose_slices, depths
+from .tree_schedule import _Edges, Slicing, depths
 
 
 def _channel_zero(grid: np.ndarray, n: int) -> list[np.ndarray]:
@@ -88,17 +88,10 @@ class _Run:
         stride = head_stride(coll, nn, ppn)
         if channels * stride != ppn:
             raise NotSymmetric("the channels' turns do not come round")
-        m = 2 * channels
-        seg = -(-coll.count // m)
-        slices = choose_slices(seg * coll.itemsize)
-        per = -(-seg // slices) if seg else 0
-        starts = np.arange(m)[:, None] * seg + np.arange(slices)[None, :] * per
-        ends = np.minimum(np.arange(m)[:, None] * seg + np.minimum((np.arange(slices)[None, :] + 1) * per, seg),
-                          coll.count)
-        true_bytes = (np.clip(ends - starts, 0, None) * coll.itemsize).astype(np.float64)
-        if not (true_bytes == true_bytes[0]).all():
+        cut = Slicing(coll.count, 2 * channels, coll.itemsize)
+        if not (cut.bytes == cut.bytes[0]).all():
             raise NotSymmetric("the instances' shares differ")
-        self.slice_bytes = true_bytes[0]
+        self.slice_bytes, slices = cut.bytes[0], cut.slices
         self.grid, self.nn, self.ppn, self.channels, self.stride, self.slices = grid, nn, ppn, channels, stride, slices
         heads = np.arange(channels) * stride
         self.node = _Node(cluster, grid, coll.ranks, heads)
