@@ -15,7 +15,8 @@ import numpy as np
 from ..engine.resources import reduction_bytes
 from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, Layout, Shape
 from .plan import Collective
-from .symmetric import Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced
+from .clock_sets import Clocks
+from .symmetric import Bookings, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced
 
 
 class _Run:

@@ -19,10 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.cache import BoundedCache
 from ..engine.ids import factorize
 from ..engine.maxmin import max_min_rates_csr
-from .chains import chain_step
 from .hierarchical import node_grid
 
 _SPINE_MARGIN = 1e-9  # a fabric link left out of a reduced problem may not exceed its capacity by more than this
@@ -215,7 +213,7 @@ class Bookings:
         self.rows.append((who, start, end, amount))
         return end
 
-    def reductions(self, per_rank: np.ndarray, t0: float, floor: float, t_end: float, clocks: "Clocks",
+    def reductions(self, per_rank: np.ndarray, t0: float, floor: float, t_end: float, clocks,
                    chains: tuple, column=None) -> float:
         """A stage's fused reductions, `per_rank` bytes of HBM work on each group rank, issued at t0 (the
         executor's rule): those that end after `floor` (the earliest any of the stage's data could move on) hold
@@ -417,64 +415,6 @@ class Rails:
         self.solves = every.solves
         nics = len(pair_route)
         return [np.r_[finish[:first], finish[first + r * nics:first + (r + 1) * nics]] for r in range(self.rails)]
-
-
-class Clocks:
-    """The executor's latency clocks (chains.chain_step) of a closed form's representative ranks: one set while
-    every channel (or rail) agrees, else one per distinct history (`of_rail`: each channel's set), so channels
-    whose costs agree share one set's work."""
-
-    def __init__(self, rows: int, n: int, t0: float):
-        self.sets = [np.full((rows, n), t0)]
-        self.of_rail = [0]
-        self._index = BoundedCache(4, 1 << 30)
-
-    def advance(self, chains: tuple, costs: list[np.ndarray], t0: float) -> None:
-        """One stage from t0: `costs` per flow, one array for every channel or one per channel.
-
-        A clock no later than t0 can no longer matter (every read takes max(clock, t0), every write the max with
-        an arrival after t0, and the collective ends after t0), so while the channels differ their clocks are
-        raised to t0 first, and the channels whose pasts have stopped mattering become one again. Channels with
-        the same set and equal costs take one step together."""
-        if len(self.sets) > 1:
-            for clocks in self.sets:
-                np.maximum(clocks, t0, out=clocks)
-            self.settle()
-        cost_of = _distinct(costs)
-        rails = max(len(self.of_rail), len(costs))
-        pairs = [(self.of_rail[r % len(self.of_rail)], cost_of[r % len(costs)]) for r in range(rails)]
-        steps = list(dict.fromkeys(pairs))  # distinct (set, cost) in first-seen order
-        shared = len(steps) == len(self.sets) and all(s == k for k, (s, _) in enumerate(steps))
-        self.sets = [chain_step(self.sets[s] if shared else self.sets[s].copy(), chains, costs[c], t0, self._index)
-                     for s, c in steps]
-        where = {p: k for k, p in enumerate(steps)}
-        self.of_rail = [where[p] for p in pairs]
-        self.settle()
-
-    def raise_to(self, chains: tuple, floor_of_receiver: np.ndarray) -> None:
-        """Fused reductions that end late: each clock the chains wrote is at least its receiver's reduction end
-        (floor_of_receiver, one per chain entry)."""
-        for clocks in self.sets:
-            fdst = chains[0] * clocks.shape[1] + chains[2]
-            flat = clocks.reshape(-1)
-            flat[fdst] = np.maximum(flat[fdst], floor_of_receiver)
-
-    def settle(self) -> None:
-        """The channels' clocks as one set again where they agree."""
-        if len(self.sets) > 1 and all(np.array_equal(r, self.sets[0]) for r in self.sets[1:]):
-            self.sets, self.of_rail = self.sets[:1], [0]
-
-    def latest(self) -> float:
-        return max(float(r.max()) for r in self.sets)
-
-
-def _distinct(costs: list[np.ndarray]) -> list[int]:
-    """For each cost array, the index of the first equal one."""
-    out: list[int] = []
-    for k, c in enumerate(costs):
-        out.append(next((i for i in range(k) if out[i] == i and (costs[i] is c or np.array_equal(costs[i], c))),
-                        k))
-    return out
 
 
 def per_rail(rails: list[np.ndarray], cost) -> list[np.ndarray]:

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..engine.resources import reduction_bytes
 from .plan import Collective
-from .symmetric import (Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced,
+from .clock_sets import Clocks
+from .symmetric import (Bookings, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced,
                         merge)
 from .tree_shape import dtree_parents, head_stride, tree_channels
 from .tree_schedule import _Edges, Slicing, depths
