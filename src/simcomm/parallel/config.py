@@ -79,6 +79,20 @@ class TrainingConfig:
                                              "Megatron's default is allgather)",
                                              choices=("alltoall", "allgather", "flex"))
     moe_grouped_gemm: bool = setting(False, "one grouped GEMM for a rank's experts (else one GEMM per expert)")
+    moe_flex_dispatcher_backend: str = setting("deepep", "the flex dispatcher's kernels: deepep (DeepEP's "
+                                               "node-limited NVLink + RDMA dispatch; hybridep is not modelled)",
+                                               choices=("deepep", "hybridep"))
+    moe_deepep_num_sms: int = setting(20, "SMs DeepEP's dispatch and combine kernels hold (DeepSeek-V3: 20 of 132)",
+                                      lo=1, hi=1024)
+    moe_dispatch_fp8: bool = setting(False, "the dispatch-shaped exchanges (dispatch, combine's backward) carry FP8 "
+                                     "rows with 1x128 scales, the combine-shaped ones BF16 (DeepSeek-V3's; needs "
+                                     "fp8_format and the flex dispatcher; not a Megatron-LM argument)")
+    moe_shared_expert_overlap: bool = setting(False, "the shared expert's forward beside the dispatch and combine "
+                                              "all-to-alls (Megatron-Core's)")
+    overlap_moe_expert_parallel_comm: bool | None = setting(
+        None, "DualPipe's overlapped forward-and-backward pairs interleave, each one's EP all-to-alls beside the "
+        "other's compute (default: on for dualpipe and dualpipev; Megatron-LM's name, whose 1F1B form is not "
+        "modelled)")
     moe_routing_skew: float = setting(0.0, "the step model's routing: expert i receives a share proportional to "
                                       "(i + 1)^-skew (0: perfectly balanced)", lo=0.0, hi=100.0)
     moe_expert_load: tuple[float, ...] | None = setting(None, "the step model's routing: relative tokens per expert "

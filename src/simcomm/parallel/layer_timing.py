@@ -64,6 +64,9 @@ class Template:
     segments: tuple[Segment, ...] = field(repr=False, default=())
     interference: float = 0.0  # seconds the program took longer for compute and communication sharing the GPU
     mix: Mix | None = field(repr=False, default=None)  # what its time is made of: kernels and idle waits
+    # the compute stream's time in order: ("compute", seconds) for kernels (as slowed), (axis, seconds) for a wait
+    # on that axis' communication; they add up to `duration` (DualPipe's overlapped pair interleaves them)
+    blocks: tuple[tuple[str, float], ...] = field(repr=False, default=())
 
 
 def engine_kernel(cm, k: Kernel, seconds: float) -> sharing.Kernel:
@@ -163,6 +166,7 @@ class TemplateRunner:
         exposed: dict[str, float] = {}
         busy = [0.0]
         parts: list[tuple[float, sharing.Kernel]] = []  # (seconds, kernel) of what the time was spent on
+        blocks: list[tuple[str, float]] = []
 
         def program():
             t0 = s.now
@@ -193,12 +197,16 @@ class TemplateRunner:
                         parts.append((dt * scale, shape))
                         at += dt * scale
                     busy[0] += ran
+                    blocks.append(("compute", ran))
                 idle = (s.now - start) - ran
                 if idle > 0:
                     parts.append((idle, sharing.IDLE_KERNEL))
                     if comm:
                         axis = comm[-1].axis
                         exposed[axis] = exposed.get(axis, 0.0) + idle
+                        blocks.append((axis, idle))
+                    else:
+                        blocks.append(("compute", idle))
             return s.now - t0
 
         proc = s.process(program())
@@ -207,7 +215,7 @@ class TemplateRunner:
         flops = sum(k.flops for st in steps for k in st.compute)
         weights = [p[0] for p in parts]
         mix = Mix(weights, [p[1] for p in parts]) if sum(weights) > 0 else None
-        return Template(name, duration, busy[0], exposed, flops, tuple(segments), 0.0, mix)
+        return Template(name, duration, busy[0], exposed, flops, tuple(segments), 0.0, mix, tuple(blocks))
 
 
 class TemplateCache:

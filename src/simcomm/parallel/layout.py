@@ -329,12 +329,18 @@ def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int, spec):
         raise ConfigError("decoder_first/last_pipeline_num_layers and account_for_*_in_pipeline_split are "
                           "exclusive", "decoder_first_pipeline_num_layers")
     if first is not None or last is not None:
-        if c.num_layers_per_virtual_pipeline_stage or c.virtual_pipeline_model_parallel_size or spec.chunks == "two":
-            raise ConfigError("decoder_first/last_pipeline_num_layers are supported here without virtual stages",
-                              "decoder_first_pipeline_num_layers")
+        dual = spec.style == "dual"  # DualPipe: two chunks, but pp stages (each held twice)
+        if c.num_layers_per_virtual_pipeline_stage or c.virtual_pipeline_model_parallel_size or \
+                spec.chunks == "two" and not dual:
+            raise ConfigError("decoder_first/last_pipeline_num_layers are supported here without virtual stages "
+                              "(and with DualPipe)", "decoder_first_pipeline_num_layers")
         counts = _uneven(L, pp, first, last)
         starts = [sum(counts[:r]) for r in range(pp)]
-        return 1, tuple((tuple(range(starts[r], starts[r] + counts[r])),) for r in range(pp))
+        runs = [tuple(range(starts[r], starts[r] + counts[r])) for r in range(pp)]
+        if dual:
+            placement = spec.placement(pp, 2)
+            return 2, tuple(tuple(runs[placement.stage(r, ch)] for ch in range(2)) for r in range(pp))
+        return 1, tuple((run,) for run in runs)
     slots = L + emb + loss
     if slots % pp:
         extra = (" + embedding" if emb else "") + (" + loss" if loss else "")
