@@ -177,7 +177,7 @@ class StepModel:
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
                           dict(traffic.stats), per_stage, list(ends), traffic.s.sim.interference, traffic.s.sim,
-                          moe_breakdown(self) if L.model.is_moe else {}, copies)
+                          moe_breakdown(self, acc) if L.model.is_moe else {}, copies)
 
 
 class _StepEnd:

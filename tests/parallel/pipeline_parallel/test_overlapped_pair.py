@@ -102,3 +102,10 @@ def test_a_dense_model_runs_its_pairs_as_before():
     runs = [StepModel(build_layout(dense, TrainingConfig(**cfg, overlap_moe_expert_parallel_comm=on), 8),
                       build_cluster("hgx-h100"), check_memory=False).run().step_time for on in (True, False)]
     assert runs[0] == runs[1]
+
+
+def test_the_step_json_reports_what_the_pairs_left_exposed():
+    res = _step()
+    moe = res.as_dict()["moe"]
+    assert moe["mean"]["dispatch_combine_exposed"] == pytest.approx(res.breakdown["ep"], rel=1e-9)
+    assert moe["mean"]["dispatch_combine_hidden"] > 0

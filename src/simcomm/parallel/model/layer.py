@@ -41,6 +41,10 @@ class LayerShape:
     etp: int = 1
     routing: tuple[float, ...] = ()
     grouped_gemm: bool = True
+    dispatcher: str = "alltoall"  # moe_token_dispatcher_type: alltoall | flex (DeepEP)
+    dispatch_fp8: bool = False  # the flex dispatcher's dispatch-shaped exchanges in FP8
+    deepep_sms: int = 20  # SMs DeepEP's kernels hold
+    shared_expert_overlap: bool = False  # the shared expert's forward beside the dispatch and combine
 
     @property
     def tokens(self) -> int:

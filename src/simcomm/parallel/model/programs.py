@@ -45,7 +45,8 @@ class Kernel:
 class LayerComm:
     """Communication beside the compute: a collective over the GPU's TP, EP or ETP group (nbytes = nccl-tests' S),
     or `steps` ring sends of nbytes each to the next CP rank. An EP all-to-all sends per_peer[j] bytes from every
-    rank to EP rank j (`back`: the transposed exchange, rank j returning them)."""
+    rank to EP rank j (`back`: the transposed exchange, rank j returning them); DeepEP's ("deepep", the flex
+    dispatcher) is timed as moe/deepep.py says."""
 
     name: str
     axis: str  # "tp", "cp", "ep" or "etp"
@@ -54,6 +55,7 @@ class LayerComm:
     steps: int = 1
     per_peer: tuple[float, ...] = ()
     back: bool = False
+    deepep: object = None  # the flex dispatcher's exchange (moe/deepep.py); per_peer then counts rows
 
 
 @dataclass(frozen=True)
@@ -213,8 +215,9 @@ def _grouped(name: str, counts: tuple, n: int, k: int, grouped: bool, wgrad: boo
 def _exchange(op: TokenExchange, backward: bool) -> LayerComm:
     """An MoE exchange; in the backward the adjoint: all-to-all the other way, reduce-scatter for all-gather."""
     name = op.name + (".backward" if backward else "")
-    if op.collective == "all_to_all":
-        return LayerComm(name, op.axis, "all_to_all", op.nbytes, per_peer=op.per_peer, back=op.back != backward)
+    if op.collective in ("all_to_all", "deepep"):
+        return LayerComm(name, op.axis, op.collective, op.nbytes, per_peer=op.per_peer, back=op.back != backward,
+                         deepep=op.deepep)
     adjoint = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}[op.collective]
     return LayerComm(name, op.axis, adjoint if backward else op.collective, op.nbytes)
 

@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from .balance import routed_counts, routing_shares
+from .deepep import DeepEPExchange, row_bytes
 from .dispatch import splits_by_rank
 from .router import expert_rows
 
@@ -56,6 +57,7 @@ class TokenExchange:
     per_peer: tuple[float, ...] = ()
     back: bool = False
     saves: tuple[tuple[str, float], ...] = ()
+    deepep: DeepEPExchange | None = None  # the flex dispatcher's exchange (collective "deepep"; per_peer: rows)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,14 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
     ops = [Linear("router", Ts, E, h, "none", "router", (("router_input", Ts * h * e),)),
            Pointwise("router.topk", Ts * E * 4 * 3, Ts * E * 4 * 3, "softmax", (("router_probs", Ts * E * 4),)),
            Pointwise("moe.permute", (Ts + rows) * h * e, (Ts + rows) * h * e)]
-    if ep > 1:
+    flex = None
+    if shape.dispatcher == "flex":
+        flex = DeepEPExchange(Ts, row_bytes(h, e, shape.dispatch_fp8), row_bytes(h, e, False), E, k,
+                              c.moe_router_num_groups, c.moe_router_group_topk, shape.deepep_sms)
+    if ep > 1 and flex is not None:
+        ops.append(TokenExchange("moe.dispatch", "ep", "deepep", sum(sent), tuple(map(float, r.to_rank)),
+                                 deepep=flex))
+    elif ep > 1:
         ops.append(TokenExchange("moe.dispatch", "ep", "all_to_all", sum(sent), sent))
     if etp > 1:
         ops.append(TokenExchange("moe.dispatch.etp", "etp", "all_gather", float(R * h * e)))
@@ -119,7 +128,10 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
         ops.append(Pointwise("moe.unsort", 2 * R * h * e, 2 * R * h * e))
     if etp > 1:
         ops.append(TokenExchange("moe.combine.etp", "etp", "reduce_scatter", float(R * h * e)))
-    if ep > 1:
+    if ep > 1 and flex is not None:
+        ops.append(TokenExchange("moe.combine", "ep", "deepep", float(ep * r.to_rank[r.busiest] * h * e),
+                                 tuple(map(float, r.to_rank)), back=True, deepep=flex))
+    elif ep > 1:
         ops.append(TokenExchange("moe.combine", "ep", "all_to_all", float(ep * r.to_rank[r.busiest] * h * e), sent,
                                  back=True))
     ops.append(Pointwise("moe.unpermute", (rows + Ts) * h * e, (rows + Ts) * h * e,
