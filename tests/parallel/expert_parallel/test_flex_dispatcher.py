@@ -85,3 +85,23 @@ def test_what_is_not_modelled_is_refused_naming_the_field(kw, field):
     with pytest.raises(ConfigError) as err:
         build_layout(DSV3, cfg, 64)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "flex"])
+def test_the_shared_expert_overlap_hides_the_shared_expert_behind_the_exchanges(dispatcher):
+    """moe_shared_expert_overlap: the shared expert's forward runs beside the dispatch and combine (longer than
+    it here), so the layer's forward is shorter by its kernels' time and its exposed exchanges by as much; the
+    same kernels run; the backward is unchanged."""
+    def layer(on, phase="F"):
+        cfg = TrainingConfig(global_batch_size=128, micro_batch_size=1, bf16=True, expert_model_parallel_size=64,
+                             moe_grouped_gemm=True, moe_token_dispatcher_type=dispatcher,
+                             moe_shared_expert_overlap=on)
+        sim = StepModel(build_layout(DSV3, cfg, 64), build_cluster("hgx-h800", nodes=8), check_memory=False,
+                        interference=False)
+        return next(x for x in sim.build_passes()[(0, 0, phase)].parts if x.layer == 3).template
+    off, on = layer(False), layer(True)
+    shared = sum(s.end - s.start for s in off.segments if s.name.startswith("shared_expert."))
+    assert shared > 0 and on.flops == off.flops and on.compute == pytest.approx(off.compute, rel=1e-12)
+    assert off.duration - on.duration == pytest.approx(shared, rel=1e-6)
+    assert off.exposed["ep"] - on.exposed["ep"] == pytest.approx(shared, rel=1e-6)
+    assert layer(True, "B").duration == layer(False, "B").duration

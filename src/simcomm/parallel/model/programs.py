@@ -249,16 +249,45 @@ def _counts_gather(shape: LayerShape) -> LayerComm:
                      float(shape.ep * shape.model.num_moe_experts * 8))
 
 
+def _shared_beside(shape: LayerShape, ops) -> dict:
+    """moe_shared_expert_overlap (Megatron-Core's SharedExpertMLP): the shared expert's FC1 and activation run
+    beside the dispatch, its FC2 (and gate) beside the combine, each on its own stream; under TP its input is
+    gathered before the dispatch and its output reduced after the combine. {exchange name: (kernels, TP
+    communication before, after)}; empty without the overlap (or without a shared expert or EP)."""
+    shared = [op for op in ops if op.name.startswith("shared_expert.")]
+    if not (shape.shared_expert_overlap and shared and shape.ep > 1):
+        return {}
+    kernels = [_mem(op.name, op.forward_bytes, op.op_class) if isinstance(op, Pointwise) else
+               _gemm(op.name, op.m, op.n, op.k) for op in shared]
+    fc2 = next(i for i, op in enumerate(shared) if op.name == "shared_expert.fc2")
+    gather = _gather(shape, "shared_expert.fc1.all_gather")
+    reduce = _reduce(shape, f"shared_expert.fc2.{'reduce_scatter' if shape.sp else 'all_reduce'}")
+    return {"moe.dispatch": (tuple(kernels[:fc2]), gather, None),
+            "moe.combine": (tuple(kernels[fc2:]), None, reduce)}
+
+
 def layer_forward(shape: LayerShape) -> list[LayerStep]:
     """One decoder layer's forward: its operations in order, each product with its TP communication."""
     b = _Builder(shape)
-    for op in decoder_layer(shape):
+    ops = decoder_layer(shape)
+    beside = _shared_beside(shape, ops)
+    for op in ops:
+        if beside and op.name.startswith("shared_expert."):
+            continue  # run beside the exchanges
         if isinstance(op, Pointwise):
             b.compute(_mem(op.name, op.forward_bytes, op.op_class))
         elif isinstance(op, Linear):
             _linear_forward(b, op)
         elif isinstance(op, GroupedLinear):
             b.compute(*_grouped(op.name, op.counts, op.n, op.k, op.grouped))
+        elif isinstance(op, TokenExchange) and op.name in beside:
+            kernels, before, after = beside[op.name]
+            if before is not None:
+                b.exposed(before)
+            comm = (_counts_gather(shape),) if op.axis == "ep" and not op.back else ()
+            b.beside(kernels, *comm, _exchange(op, backward=False))
+            if after is not None:
+                b.exposed(after)
         elif isinstance(op, TokenExchange):
             if op.axis == "ep" and not op.back:
                 b.exposed(_counts_gather(shape))
