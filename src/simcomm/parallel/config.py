@@ -43,6 +43,10 @@ def setting(default, doc: str, *, lo=None, hi=None, choices=None, numeric: bool 
     return dataclasses.field(default=default, metadata=meta)
 
 
+# Megatron-Core's --recompute-modules that the step model reruns (model/layer.py RECOMPUTED says what each drops)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """Megatron-LM's training arguments (and DistributedDataParallelConfig's), plus a few simcomm knobs."""
@@ -99,6 +103,9 @@ class TrainingConfig:
                                                         "(a measured load; instead of moe_routing_skew)")
     # -- memory
     recompute_granularity: str | None = setting(None, "activation recomputation", choices=("full", "selective"))
+    recompute_modules: tuple[str, ...] | None = setting(
+        None, "selective recomputation: the modules rerun before the backward, of " + ", ".join(RECOMPUTE_MODULES) +
+        " (Megatron-Core's; default core_attn)")
     recompute_method: str = setting("uniform", "full recomputation: uniform or block", choices=("uniform", "block"))
     recompute_num_layers: int | None = setting(None, "layers per group (uniform) or per chunk (block)", lo=1,
                                                hi=BIG)
@@ -183,8 +190,10 @@ class TrainingConfig:
                                      "TP (false: one 4-byte all-reduce over a replica)")
 
     def __post_init__(self):
-        if isinstance(self.moe_expert_load, list):
-            object.__setattr__(self, "moe_expert_load", tuple(self.moe_expert_load))
+        for name in ("moe_expert_load", "recompute_modules"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        self._check_recompute_modules()
         for name, check in _CHECKS:
             check(getattr(self, name))
         if self.moe_expert_load is not None and self.moe_routing_skew:
@@ -201,6 +210,19 @@ class TrainingConfig:
         if canonical_dtype(self.params_dtype) == "bfloat16" and not self.size_only:
             raise ConfigError(f"params_dtype {self.params_dtype!r} needs size_only=True: numpy has no bfloat16, so "
                               "a run with data cannot compute in it (use float32 or float64)", "params_dtype")
+
+    def _check_recompute_modules(self) -> None:
+        modules = self.recompute_modules
+        if modules is None:
+            return
+        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if unknown or not modules:
+            raise ConfigError(f"recompute_modules: {unknown or 'none given'}: expected some of "
+                              f"{', '.join(RECOMPUTE_MODULES)} (Megatron-Core's mlp, moe and shared_experts are not "
+                              "modelled)", "recompute_modules")
+        if self.recompute_granularity != "selective":
+            raise ConfigError("recompute_modules needs recompute_granularity selective (as in Megatron-LM)",
+                              "recompute_modules")
 
     def _check_sharding(self) -> None:
         """One sharding scheme, however it is spelled (data_parallel_sharding_strategy, zero_stage,
@@ -330,6 +352,9 @@ def _checker(f: dataclasses.Field):
         elif base == "float":
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi:
                 raise ConfigError(f"{name} must be a number in [{lo:g}, {hi:g}), got {v!r}", name)
+        elif base == "tuple[str, ...]":
+            if not isinstance(v, tuple) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"{name} must be a list of names, got {v!r}", name)
         elif base.startswith("tuple"):
             if not isinstance(v, tuple) or not v or any(isinstance(x, bool) or not isinstance(x, (int, float))
                                                         or not 0 <= x < float("inf") for x in v) or not sum(v) > 0:

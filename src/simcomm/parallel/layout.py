@@ -94,7 +94,8 @@ class Layout:
         """One decoder layer on one GPU, one micro-batch: what its kernels, FLOPs and saved tensors depend on."""
         c = self.config
         return LayerShape(self.model, self.dims.tp, self.dims.cp, c.sp, c.micro_batch_size, c.flash_attention,
-                          c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
+                          c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2,
+                          recompute_modules=c.recompute_modules or ("core_attn",))
 
     @property
     def moe_layer_shape(self) -> LayerShape | None:
@@ -204,6 +205,9 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     name = _schedule_name(model, c, pp)
     chunks, layers = _assign_layers(model, c, pp, SCHEDULES[name])
     _check_schedule(name, pp)
+    if "mla_up_proj" in (c.recompute_modules or ()) and not model.multi_latent_attention:
+        raise ConfigError("recompute_modules mla_up_proj needs a model with multi_latent_attention",
+                          "recompute_modules")
     if c.overlap_moe_expert_parallel_comm and name not in ("dualpipe", "dualpipev"):
         raise ConfigError("overlap_moe_expert_parallel_comm is modelled for DualPipe's overlapped pairs "
                           "(pipeline_schedule dualpipe or dualpipev); Megatron-LM's 1F1B form is not",

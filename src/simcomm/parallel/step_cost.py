@@ -160,7 +160,8 @@ class StepModel:
         if cfg.recompute_granularity == "full" and cfg.recompute_method == "block":
             n = cfg.recompute_num_layers or 0
             recomputed = sum(min(n, len(L.layers_of(r, c))) for r in range(dims.pp) for c in range(L.chunks))
-        hw = model_flops + recompute_flops_per_token(model, cfg.recompute_granularity, recomputed) * tokens
+        hw = model_flops + recompute_flops_per_token(model, cfg.recompute_granularity, recomputed,
+                                                     modules=self.shape.recompute_modules) * tokens
         if traffic.stats["late_overlaps"]:
             notes.append(f"{traffic.stats['late_overlaps']} transfer(s) started on the links of a replayed "
                          "collective: neither was slowed by the other (an approximation)")

@@ -320,10 +320,27 @@ def layer_backward(shape: LayerShape, part: str = "all") -> list[LayerStep]:
     return b.steps
 
 
+RERUN = {"layernorm": ("input_norm", "pre_mlp_norm"), "mla_up_proj": ("q_up", "kv_up", "rope"),
+         "moe_act": ("moe.swiglu", "moe.gelu")}  # the operations of each recompute module (layer.RECOMPUTED)
+
+
 def selective_recompute(shape: LayerShape) -> list[LayerStep]:
-    """What selective recomputation reruns before a layer's backward: core attention's forward."""
+    """What selective recomputation reruns before a layer's backward, in forward order: the forwards of the
+    recompute_modules' operations (core_attn: core attention, with its CP ring; layernorm: the two norms;
+    mla_up_proj: MLA's up projections, with their SP gathers, and RoPE; moe_act: the experts' activation)."""
     b = _Builder(shape)
-    _attention(b, next(op for op in decoder_layer(shape) if isinstance(op, CoreAttention)), backward=False)
+    names = {n for m in shape.recompute_modules for n in RERUN.get(m, ())}
+    mla = shape.model.multi_latent_attention
+    for op in decoder_layer(shape):
+        if isinstance(op, CoreAttention):
+            if "core_attn" in shape.recompute_modules:
+                _attention(b, op, backward=False)
+        elif op.name not in names or op.name == "rope" and not mla:
+            continue
+        elif isinstance(op, Pointwise):
+            b.compute(_mem(op.name, op.forward_bytes, op.op_class))
+        else:
+            _linear_forward(b, op)
     return b.steps
 
 

@@ -7,10 +7,11 @@ and waits on the experts' exchanges (EP and ETP: the only communication the pair
 communication stays in its chain as the compute stream's time). The pair runs the two chains on two streams, as
 DeepSeek's hand-ordered kernels do: one compute stream, and the communication SMs that run one exchange at a time
 (both exchanges cross the same links). Each block starts as soon as its chain's previous block has ended and its
-stream is free; when both chains' kernels are ready the compute stream takes the other chain's than last time
-(the figure's alternation: attention of one beside the dispatch of the other, the MLP of one beside the combine
-of the other). So at every instant one stream is busy, and with communication costing no compute the pair never
-takes longer than its two passes one after the other.
+stream is free; when both chains have a block ready for the same stream, the chain with more work left goes
+first (the critical path: a backward with its recomputation is the longer, and the forward's blocks fill its
+gaps: attention of one beside the dispatch of the other, the MLP of one beside the combine of the other, as in
+the report's figure 4), the other chain than last time on a tie. So at every instant one stream is busy, and
+with communication costing no compute the pair never takes longer than its two passes one after the other.
 
 While an exchange runs, its SMs (`held`: DeepEP's moe_deepep_num_sms, DeepSeek's 20 of 132; NCCL's channels
 for the alltoall dispatcher) are not there for the kernels beside it: each template's kernels slow by the engine's
@@ -102,9 +103,11 @@ def overlap_pair(first: list[Block], second: list[Block]) -> PairTiming:
     running = {}  # stream -> [chain, block, work left: seconds alone for kernels, seconds for an exchange, start]
     now, last_compute, slowed, computing = 0.0, 1, 0.0, 0.0
 
+    left = [sum(b.seconds for b in ch) for ch in chains]  # each chain's work not yet started
+
     def start(stream: str) -> None:
         nonlocal last_compute
-        order = (1 - last_compute, last_compute) if stream == "compute" else (0, 1)
+        order = sorted((1 - last_compute, last_compute), key=lambda c: -left[c])  # the longer chain's first
         for c in order:
             if busy[c] or nxt[c] >= len(chains[c]):
                 continue
@@ -113,6 +116,7 @@ def overlap_pair(first: list[Block], second: list[Block]) -> PairTiming:
                 running[stream] = [c, b, b.seconds, now]
                 busy[c] = True
                 nxt[c] += 1
+                left[c] -= b.seconds
                 if stream == "compute":
                     last_compute = c
                 return

@@ -6,7 +6,8 @@ top-k; the permutation of the Ts k routed rows by expert; the dispatch: the per-
 then an all-to-all over EP (rows for EP rank j's experts to j), then, with ETP > 1, an all-gather over ETP; the
 experts' FC1, activation (weighted by the routing probability) and FC2 as grouped GEMMs over the rows each local
 expert received; the combine in reverse (ETP reduce-scatter, all-to-all back); the unpermutation; the shared
-expert, a dense MLP under TP.
+expert, a dense MLP under TP. With the flex dispatcher (moe_token_dispatcher_type flex) the exchanges are DeepEP's
+(deepep.py: node-limited, IB then NVLink) and the permutation puts the rows in local-expert order at once (no sort).
 
 The routing is an input (LayerShape.routing: each expert's share of the routed rows; empty: perfectly balanced).
 Every GPU of an EP group routes its tokens alike, so the busiest EP rank -- the one whose experts have the largest
@@ -116,7 +117,9 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
         ops.append(TokenExchange("moe.dispatch", "ep", "all_to_all", sum(sent), sent))
     if etp > 1:
         ops.append(TokenExchange("moe.dispatch.etp", "etp", "all_gather", float(R * h * e)))
-    sorts = E // ep > 1 and ep * etp > 1  # rows arrive by source rank: sorted by local expert (and back)
+    # rows arrive by source rank: sorted by local expert (and back); the flex dispatcher permutes the tokens
+    # DeepEP delivered into local-expert order once (Megatron-Core's flex dispatcher), so nothing is sorted
+    sorts = E // ep > 1 and ep * etp > 1 and flex is None
     if sorts:
         ops.append(Pointwise("moe.sort", 2 * R * h * e, 2 * R * h * e))
     act = "swiglu" if c.swiglu else "gelu"
