@@ -14,28 +14,11 @@ Rows: (kernel, us, TFLOP/s of the real FLOPs). Timing: CUDA events, 3 warm-ups, 
 Compare with `ComputeModel(build_cluster("hgx-h100").device, "bf16", fp8=True)`.
 """
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
-
-D, B = "cuda", torch.bfloat16
-
-
-def median_us(fn, repeats=10):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
+from moe_backward_grouped import B, D, median_us  # (this folder: sys.path[0] when run as a script)
 
 
 def attention_rows():

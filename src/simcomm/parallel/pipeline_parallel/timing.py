@@ -121,21 +121,22 @@ class StageTiming:
                 self._post(key)  # a blocking recv of its own, unless posted with an earlier action
             when, ahead = _posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
             ahead = [k for k in map(self._receives, ahead) if k is not None]
-            together = self.pairs.together(i)  # an interleaved pair: both run at its forward (index i)
+            # an interleaved pair runs both its passes at its forward (index i); its backward (i + 1) has run then
+            together, ran = self.pairs.together(i), self.pairs.ran(i)
             if together:
                 b = actions[i + 1]
                 yield from self._wait([self.p.arrival(k) for k in (key, self._receives(b)) if k is not None])
                 dp.on_backward(self.rank, b, self.pairs.pass_of(b), i + 1 == self.last_backward[b.chunk])
                 yield from self.pairs.run(a, b)
-            elif not self.pairs.ran(i):
+            elif not ran:
                 yield from self._wait([self.p.arrival(key)] if key is not None else [])
             p = self.p.passes[(self.rank, a.chunk, a.phase)]
             tags = self.tags(a)
-            if a.phase in WEIGHT_GRADIENT and not self.pairs.ran(i) and not together:
+            if a.phase in WEIGHT_GRADIENT and not ran:
                 dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
             if when == "start":
                 self._post(*ahead)
-            if not together and not self.pairs.ran(i):
+            if not (together or ran):
                 yield from self._run_pass(a, p, tags)
             if forward and placement.next(self.rank, a.chunk) is None:
                 yield from self._loss_all_reduce(tags)
