@@ -109,3 +109,21 @@ def test_the_step_json_reports_what_the_pairs_left_exposed():
     moe = res.as_dict()["moe"]
     assert moe["mean"]["dispatch_combine_exposed"] == pytest.approx(res.breakdown["ep"], rel=1e-9)
     assert moe["mean"]["dispatch_combine_hidden"] > 0
+
+
+def test_the_layout_searchs_schedule_bound_stays_below_the_step():
+    """simcomm plan's schedule bound runs an interleaved pair as one action of at least its longer chain, its
+    kernels and its exchanges (pair_bound): never above the simulated step, with and without interference."""
+    from simcomm.parallel.pipeline_parallel.pair_timing import timed_schedule
+    from simcomm.parallel.pipeline_parallel.timeline import makespan, timeline
+    cfg = TrainingConfig(global_batch_size=64, micro_batch_size=1, bf16=True, pipeline_model_parallel_size=2,
+                         expert_model_parallel_size=8, moe_grouped_gemm=True, pipeline_schedule="dualpipe")
+    layout = build_layout(MOE, cfg, 16)
+    for interference in (False, True):
+        sim = StepModel(layout, build_cluster("hgx-h100", nodes=2), interference=interference, check_memory=False)
+        step = sim.run().step_time
+        times = timeline(*timed_schedule(layout, sim.passes), placement=layout.placement)
+        assert makespan(times) <= step
+        flat = [[x for a in acts for x in getattr(a, "parts", (a,))] for acts in layout.schedule]
+        apart = timeline(flat, lambda r, a: sim.passes[(r, a.chunk, a.phase)].duration, placement=layout.placement)
+        assert makespan(times) < makespan(apart)  # below the passes in turn, which are no bound any more

@@ -73,8 +73,9 @@ def chain(p, factor) -> list[Block]:
     return out
 
 
-def has_exchanges(blocks: list[Block]) -> bool:
-    return any(b.comm and b.seconds > 0 for b in blocks)
+def has_exchanges(p) -> bool:
+    """Whether pass p waits on the experts' exchanges anywhere (its chain has a wait to interleave)."""
+    return any(part.template.exposed.get(axis, 0.0) > 0 for part in p.parts for axis in EXCHANGE_AXES)
 
 
 def kernel_factor(held: int, margin: int, sms: int, hbm: float):
@@ -152,6 +153,14 @@ def overlap_pair(first: list[Block], second: list[Block]) -> PairTiming:
     return PairTiming(now, now - computing, slowed, tuple(maps))
 
 
+def pair_bound(first: list[Block], second: list[Block]) -> float:
+    """A lower bound of overlap_pair's time, whatever the interference: each chain alone, the kernels of both on one
+    compute stream, the exchanges of both on one communication stream."""
+    compute = sum(b.seconds for b in first + second if not b.comm)
+    return max(compute, sum(b.seconds for b in first + second) - compute, sum(b.seconds for b in first),
+               sum(b.seconds for b in second))
+
+
 class PairProgress:
     """A pass's progress inside an overlapped pair: its offsets mapped to the pair's (PairTiming.maps), then
     through the pair's compute job (engine/progress.py) to simulated times."""
@@ -170,4 +179,5 @@ class PairProgress:
         return self.inner.times(rank, np.interp(offsets, self.xs, self.ys))
 
 
-__all__ = ["Block", "PairProgress", "PairTiming", "chain", "has_exchanges", "kernel_factor", "overlap_pair", "slowed"]
+__all__ = ["Block", "PairProgress", "PairTiming", "chain", "has_exchanges", "kernel_factor", "overlap_pair", "pair_bound",
+           "slowed"]

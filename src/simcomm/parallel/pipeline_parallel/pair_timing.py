@@ -15,8 +15,8 @@ import numpy as np
 
 from ...algorithms.channels import communicator_channels
 from ...engine import IDLE_KERNEL, Mix
-from .actions import Overlap
-from .overlapped_pair import PairProgress, chain, has_exchanges, kernel_factor, overlap_pair, slowed
+from .actions import Overlap, computations
+from .overlapped_pair import PairProgress, chain, has_exchanges, kernel_factor, overlap_pair, pair_bound, slowed
 
 PAIR_SCHEDULES = ("dualpipe", "dualpipev")  # whose F&B pairs are the overlap
 
@@ -40,25 +40,44 @@ def exchange_sms(layout, cluster) -> tuple[int, int]:
     return communicator_channels(cluster, len(set((group // cluster.ranks_per_node).tolist()))), 0
 
 
+def timed_schedule(layout, passes):
+    """(schedule, duration(rank, action)) for pipeline_parallel/timeline.py as the step runs it: each pair that
+    interleaves one action (a lower bound of its time: overlapped_pair.pair_bound), every other pair its forward,
+    then its backward; a pass its duration."""
+    sched = [[y for a in acts for y in ((a,) if isinstance(a, Overlap) and interleaves(layout, passes, r, a) else
+                                        computations((a,)))] for r, acts in enumerate(layout.schedule)]
+
+    def duration(r: int, a) -> float:
+        if isinstance(a, Overlap):
+            return pair_bound(*(chain(passes[(r, x.chunk, x.phase)], _alone) for x in a.parts))
+        return passes[(r, a.chunk, a.phase)].duration
+    return sched, duration
+
+
+def interleaves(layout, passes, rank: int, pair: Overlap) -> bool:
+    """Whether overlapped pair `pair` of pipeline rank `rank` interleaves its passes (the module docstring)."""
+    return overlaps_pairs(layout) and any(has_exchanges(passes[(rank, x.chunk, x.phase)]) for x in pair.parts)
+
+
+def _alone(_template) -> float:
+    return 1.0
+
+
 class OverlappedPairs:
     """The overlapped pairs of one StageTiming's schedule (see the module docstring)."""
 
     def __init__(self, stage, acts):
         self.stage = stage
         self.first: set[int] = set()  # index (in the flattened actions) of each interleaved pair's forward
-        on = overlaps_pairs(stage.p.layout)
         i = 0
         for a in acts:
-            if isinstance(a, Overlap) and on and (self._exchanges(a.forward) or self._exchanges(a.backward)):
+            if isinstance(a, Overlap) and interleaves(stage.p.layout, stage.p.passes, stage.rank, a):
                 self.first.add(i)
             i += 2 if isinstance(a, Overlap) else 1
         self._timings: dict = {}
 
     def pass_of(self, a):
         return self.stage.p.passes[(self.stage.rank, a.chunk, a.phase)]
-
-    def _exchanges(self, a) -> bool:
-        return has_exchanges(chain(self.pass_of(a), lambda _t: 1.0))
 
     def together(self, i: int) -> bool:
         return i in self.first
@@ -129,4 +148,4 @@ class OverlappedPairs:
         return Mix(weights, kernels) if busy > 0 or pt.idle > 0 else None
 
 
-__all__ = ["PAIR_SCHEDULES", "OverlappedPairs", "exchange_sms", "overlaps_pairs"]
+__all__ = ["PAIR_SCHEDULES", "OverlappedPairs", "exchange_sms", "overlaps_pairs", "timed_schedule"]
