@@ -119,11 +119,10 @@ class OverlappedPairs:
         took = env.now - t0
         st.acc["interference"] += slowed(took, pt.duration) + pt.slowed
         st.acc["ep"] += pt.idle
-        for p in (pf, pb):
+        for p in (pf, pb):  # their kernels (and the waits on TP and CP inside their layers); ep is the pair's
             for k, v in p.breakdown.items():
-                if k not in ("ep", "interference"):
+                if k != "ep":
                     st.acc[k] += v
-            st.acc["interference"] += p.breakdown["interference"]
         scale = took / pt.duration if pt.duration > 0 else 1.0
         for a, p, (xs, ys) in ((fa, pf, pt.maps[0]), (ba, pb, pt.maps[1])):
             st.p.instances.append((st.rank, a, p, [(0, len(p.parts), PairProgress(op.progress, xs, ys))]))
