@@ -197,8 +197,9 @@ STEP_CASES = {
         pipeline_model_parallel_size=4, expert_model_parallel_size=8, moe_grouped_gemm=True, micro_batch_size=1,
         global_batch_size=256, use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)),
     "step-deepseek-v3-2048": ("hgx-h800", 256, "deepseek-v3", dict(
-        pipeline_model_parallel_size=16, decoder_first_pipeline_num_layers=1, expert_model_parallel_size=64,
-        moe_grouped_gemm=True, fp8_format="e4m3", recompute_granularity="full", micro_batch_size=1,
+        pipeline_model_parallel_size=16, pipeline_schedule="dualpipe", decoder_first_pipeline_num_layers=1,
+        expert_model_parallel_size=64, moe_grouped_gemm=True, moe_token_dispatcher_type="flex", moe_dispatch_fp8=True,
+        moe_shared_expert_overlap=True, fp8_format="e4m3", recompute_granularity="full", micro_batch_size=1,
         global_batch_size=15360, use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)),
     "plan-llama3-70b-1024": ("hgx-h100", 128, "llama3-70b", dict(
         tensor_model_parallel_size=8, pipeline_model_parallel_size=4, num_layers_per_virtual_pipeline_stage=4,

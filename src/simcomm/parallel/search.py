@@ -47,6 +47,7 @@ from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.actions import computations
+from .pipeline_parallel.pair_timing import timed_schedule
 from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.timeline import makespan, timeline
 from .step_cost import StepModel, optimizer_seconds
@@ -305,8 +306,7 @@ def bound(c: Candidate) -> dict:
     layout = _layout(c)
     sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
     passes = sim.build_passes()
-    flat = [list(computations(acts)) for acts in layout.schedule]  # an overlapped pair: F, then B (timing.py)
-    times = timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, placement=layout.placement)
+    times = timeline(*timed_schedule(layout, passes), placement=layout.placement)  # as timing.py runs pairs
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
     return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
 

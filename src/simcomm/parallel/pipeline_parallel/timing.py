@@ -3,7 +3,8 @@
 A forward (a backward, or its input half I) waits for its activation (gradient) from the neighbouring stage, runs
 its pass on the compute stream (Session.compute, tagged), cut where a part must wait for its parameters, and sends
 its output over the real network (blocking, as Megatron-LM's p2p is, unless overlap_p2p_comm); a weight pass (W)
-waits for nothing; DualPipe's overlapped pair runs as its forward, then its backward. Each StageTiming owns its time
+waits for nothing; DualPipe's overlapped pair runs as its forward, then its backward, or interleaved
+(pair_timing.py, overlapped_pair.py). Each StageTiming owns its time
 breakdown (step_result.CATEGORIES): the kernels of its passes (forward, backward, recompute, and the TP and CP
 communication they leave exposed, and how much longer they took for sharing the GPU: interference), pp (a blocking
 send in flight or waiting for its receiver, or waiting for an activation or gradient already on the wire), dp
@@ -28,6 +29,8 @@ import math
 from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
 from .actions import FORWARD, INPUT_GRADIENT, PHASE_NAMES, WEIGHT_GRADIENT, computations
+from .overlapped_pair import slowed
+from .pair_timing import OverlappedPairs
 
 
 # The schedules whose p2p follows Megatron-LM's (blocking, batched exchanges; receives posted by _posted_with);
@@ -106,6 +109,7 @@ class StageTiming:
         self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
         self.receives = [self._receives(a) for a in self.actions]  # the arrival each waits for, or None
         self.outputs = [self._output(a) for a in self.actions]  # the (rank, chunk) each one's output goes to
+        self.pairs = OverlappedPairs(self, pipeline.layout.schedule[rank])  # ... unless they interleave
         self.last_backward = {c: max(i for i, a in enumerate(self.actions) if a.phase in WEIGHT_GRADIENT and
                                      a.chunk == c) for c in range(pipeline.layout.chunks)}
 
@@ -129,14 +133,23 @@ class StageTiming:
                 self._post(key)  # a blocking recv of its own, unless posted with an earlier action
             when, ahead = _posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
             ahead = [k for k in (receives[j] for j in ahead) if k is not None]
-            yield from self._wait([self.p.arrival(key)] if key is not None else [])
+            # an interleaved pair runs both its passes at its forward (index i); its backward (i + 1) has run then
+            together, ran = self.pairs.together(i), self.pairs.ran(i)
+            if together:
+                b = actions[i + 1]
+                yield from self._wait([self.p.arrival(k) for k in (key, receives[i + 1]) if k is not None])
+                dp.on_backward(self.rank, b, self.pairs.pass_of(b), i + 1 == self.last_backward[b.chunk])
+                yield from self.pairs.run(a, b)
+            elif not ran:
+                yield from self._wait([self.p.arrival(key)] if key is not None else [])
             p = self.p.passes[(self.rank, a.chunk, a.phase)]
-            tags = {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk, "phase": PHASE_NAMES[a.phase]}
-            if a.phase in WEIGHT_GRADIENT:
+            tags = self.tags(a)
+            if a.phase in WEIGHT_GRADIENT and not ran:
                 dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
             if when == "start":
                 self._post(*ahead)
-            yield from self._run_pass(a, p, tags)
+            if not (together or ran):
+                yield from self._run_pass(a, p, tags)
             to = self.outputs[i]
             if forward and to is None:
                 yield from self._loss_all_reduce(tags)
@@ -150,9 +163,12 @@ class StageTiming:
             elif to is not None:
                 sends.append((("F" if forward else "B", a.microbatch, *to), tags))
             if cfg.p2p_rendezvous and interleaved and steady and not cfg.overlap_p2p_comm and forward and \
-                    i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
-                deferred, sends = sends, []  # a steady iteration's exchange follows its backward
+                    i + 1 < len(actions) and actions[i + 1].phase != FORWARD or together:
+                deferred, sends = sends, []  # a steady iteration's (a pair's) exchange follows its backward
             yield from self._exchange(sends)
+
+    def tags(self, a) -> dict:
+        return {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk, "phase": PHASE_NAMES[a.phase]}
 
     def _exchange(self, sends):
         """Send each (arrival key, tags); Megatron's p2p blocks the sender until they are through (unless
@@ -287,12 +303,6 @@ class StageTiming:
         return op
 
 
-def slowed(took: float, alone: float) -> float:
-    """How much longer work took than alone: never below 0 (now - start can round a hair under `alone` when
-    nothing slowed it, which made a breakdown's interference -1.5e-20 s)."""
-    return max(0.0, took - alone)
-
-
 def _posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
     """The receives a rank posts around action i's pass, as Megatron's schedules do: ('start', next actions, by
     index) with overlap_p2p_comm (asynchronous receives posted before the compute); ('end', next actions) when they
@@ -341,4 +351,4 @@ def _label(a) -> str:
     return f"{a.phase}{a.microbatch}" + (f" chunk {a.chunk}" if a.chunk else "")
 
 
-__all__ = ["Pipeline", "StageTiming"]
+__all__ = ["Pipeline", "StageTiming", "slowed"]
