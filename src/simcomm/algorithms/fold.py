@@ -11,9 +11,11 @@ nothing is stacked or padded. tests/algorithms/test_fold.py checks it against th
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
+
+from ..arrays import in_parts
 
 Combine = Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (local, incoming, out): out = local (op) incoming
 
@@ -21,32 +23,48 @@ Combine = Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (local, incomi
 def fold(sources: list[np.ndarray], count: int, per: int, rings: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
          combine: Combine) -> np.ndarray:
     """The (count,) result of the rings' reductions. Chunk j is elements [j * per, (j + 1) * per) of every
-    source, cut at count. Each ring is (ranks by position, its chunks, each chunk's start position)."""
+    source, cut at count. Each ring is (ranks by position, its chunks, each chunk's start position).
+
+    Every element sees the same sequence of calls whatever range it is computed in, so large folds are cut into
+    element ranges computed on all cores at once (arrays.in_parts) with the same bits."""
     out = np.empty(count, dtype=sources[0].dtype)
     if count == 0 or per == 0:
         return out
-    for ranks, chunks, starts in rings:
-        for first_sweep in (True, False):
-            for p, rank in enumerate(np.asarray(ranks).tolist()):
-                if first_sweep:
-                    _apply(sources[rank], out, chunks[starts == p], per, count, None)
-                    _apply(sources[rank], out, chunks[starts < p], per, count, combine)
-                else:
-                    _apply(sources[rank], out, chunks[starts > p], per, count, combine)
+    moves = [move for ring in rings for move in _moves(ring, per, count)]
+
+    def run(lo: int, hi: int) -> None:
+        for rank, a, b, first in moves:
+            a, b = max(a, lo), min(b, hi)
+            if a >= b:
+                continue
+            if first:
+                out[a:b] = sources[rank][a:b]
+            else:
+                combine(sources[rank][a:b], out[a:b], out[a:b])
+    in_parts(run, count, len(sources) * count * out.itemsize)
     return out
 
 
-def _apply(src: np.ndarray, out: np.ndarray, chunks: np.ndarray, per: int, count: int, combine) -> None:
-    """out = src on these chunks (combine None) or out = combine(src, out), one call per contiguous run."""
+def _moves(ring, per: int, count: int) -> Iterator[tuple[int, int, int, bool]]:
+    """The ring's (rank, lo, hi, first) element ranges in fold order: out = src on [lo, hi) when first, else out =
+    combine(src, out). The two sweeps of the module docstring, one range per contiguous run of chunks."""
+    ranks, chunks, starts = ring
+    for first_sweep in (True, False):
+        for p, rank in enumerate(np.asarray(ranks).tolist()):
+            if first_sweep:
+                yield from _runs(rank, chunks[starts == p], per, count, True)
+                yield from _runs(rank, chunks[starts < p], per, count, False)
+            else:
+                yield from _runs(rank, chunks[starts > p], per, count, False)
+
+
+def _runs(rank: int, chunks: np.ndarray, per: int, count: int, first: bool) -> Iterator[tuple[int, int, int, bool]]:
+    """(rank, lo, hi, first) for each contiguous run of these chunks' elements."""
     if not len(chunks):
         return
     chunks = np.sort(chunks)
     breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
     for run in np.split(chunks, breaks):
         lo, hi = int(run[0]) * per, min((int(run[-1]) + 1) * per, count)
-        if lo >= hi:
-            continue
-        if combine is None:
-            out[lo:hi] = src[lo:hi]
-        else:
-            combine(src[lo:hi], out[lo:hi], out[lo:hi])
+        if lo < hi:
+            yield rank, lo, hi, first
