@@ -111,3 +111,30 @@ def test_nvls_and_nvls_tree_from_the_ranks_arrays(nodes, per_node, count, dtype,
     sources = [row.copy() for row in rows]
     assert _bits(_run(fn, coll, Buffers(None, coll.op, sources=sources))) == _bits(stacked)
     assert all(_bits(s) == _bits(r) for s, r in zip(sources, rows))
+
+
+def _reference_moves(ring, per, count):
+    """fold's element ranges found afresh at every position: each sweep's chunks by mask, split into runs."""
+    ranks, chunks, starts = ring
+    for first_sweep in (True, False):
+        for p, rank in enumerate(np.asarray(ranks).tolist()):
+            sets = ((chunks[starts == p], True), (chunks[starts < p], False)) if first_sweep else \
+                ((chunks[starts > p], False),)
+            for ids, first in sets:
+                ids = np.sort(ids)
+                for run in np.split(ids, np.flatnonzero(np.diff(ids) != 1) + 1) if len(ids) else []:
+                    lo, hi = int(run[0]) * per, min((int(run[-1]) + 1) * per, count)
+                    if lo < hi:
+                        yield rank, lo, hi, first
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 12), spread=st.integers(1, 4), per=st.integers(1, 5), seed=st.integers(0, 2**31))
+def test_fold_order_is_found_incrementally_as_it_would_be_afresh(n, spread, per, seed):
+    """Any ring: chunk ids anywhere (runs break between ids that are not consecutive), starts in any order,
+    repeated or out of range."""
+    from simcomm.algorithms.fold import _moves
+    rng = np.random.default_rng(seed)
+    ring = (rng.permutation(n), rng.choice(spread * n, size=n, replace=False), rng.integers(-1, n + 1, size=n))
+    count = int(rng.integers(0, spread * n * per + 2))
+    assert list(_moves(ring, per, count)) == list(_reference_moves(ring, per, count))
