@@ -45,3 +45,17 @@ def test_threads_follow_the_environment_and_the_cores():
         assert arrays.threads() == 1
     with mock.patch.dict(os.environ, {"SIMCOMM_THREADS": ""}):
         assert 1 <= arrays.threads() <= arrays.MAX_THREADS
+
+
+def test_helper_threads_keep_the_callers_numpy_error_state():
+    big = np.full(8, np.finfo(np.float16).max, dtype=np.float16)
+    raised = []
+
+    def work(lo, hi):
+        try:
+            np.add(big[lo:hi], big[lo:hi])  # overflows: raises only under the caller's errstate
+        except FloatingPointError:
+            raised.append(lo)
+    with mock.patch.dict(os.environ, {"SIMCOMM_THREADS": "4"}), np.errstate(over="raise"):
+        arrays.in_parts(work, 8, arrays.PARALLEL_BYTES)
+    assert sorted(raised) == [0, 2, 4, 6]

@@ -9,6 +9,7 @@ about 9 GB/s here (1,024 ranks x 4 MiB: 0.45 s to sum, 0.46 s to copy the result
 that; the CPU time stays the same, the wall time halves."""
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 
@@ -59,8 +60,9 @@ def in_parts(work, n: int, nbytes: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
             errors.append(exc)
 
-    helpers = [threading.Thread(target=part, args=(cuts[i], cuts[i + 1]), name="simcomm-numpy", daemon=True)
-               for i in range(1, parts)]
+    # Each helper runs in a copy of the caller's context, so numpy's error state (np.errstate) is the caller's.
+    helpers = [threading.Thread(target=contextvars.copy_context().run, args=(part, cuts[i], cuts[i + 1]),
+                                name="simcomm-numpy", daemon=True) for i in range(1, parts)]
     for t in helpers:
         t.start()
     part(cuts[0], cuts[1])
