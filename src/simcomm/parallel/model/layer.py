@@ -193,6 +193,11 @@ RECOMPUTED = {"core_attn": SELECTIVE,
               "mla_up_proj": ("query_key_value",),
               "moe_act": ("moe_fc2_input",)}
 
+# Saves that are another consumer's saved tensor: MLA's key/value down projection reads the input norm's output
+# the query projection saved, the shared expert's FC1 the pre-MLP norm's output the router saved. In 16 bits both
+# keep the one tensor (held once); under FP8 each Transformer Engine GEMM keeps its own FP8 copy of its input.
+SHARED_SAVES = {"kv_down_input": ("q_down_input", "q_input"), "shared_fc1_input": ("router_input",)}
+
 
 def _core_attention(shape: LayerShape) -> CoreAttention:
     """Core attention; with MLA the queries and keys have qk_head_dim + qk_pos_emb_head_dim per head and the values
@@ -221,19 +226,22 @@ def _core_attention(shape: LayerShape) -> CoreAttention:
 def saved_tensors(shape: LayerShape, recompute: str | None = None, fp8: bool = False) -> dict[str, float]:
     """Bytes one decoder layer keeps for its backward, per micro-batch, on one GPU. recompute: None, 'selective'
     (what shape.recompute_modules rerun, RECOMPUTED: by default core attention's s x s tensors, and flash keeps
-    no log-sum-exp) or 'full' (only the layer's input). fp8: the GEMMs run in FP8, and Transformer Engine keeps
-    the FP8 copy of each one's input for its weight gradient (one byte an element; the router stays 16-bit)."""
+    no log-sum-exp) or 'full' (only the layer's input); a tensor two operations save is counted once (SHARED_SAVES).
+    fp8: the GEMMs run in FP8, and Transformer Engine keeps the FP8 copy of each one's input for its weight
+    gradient (one byte an element; the router stays 16-bit)."""
     from .moe.ops import GroupedLinear  # (moe/ops.py builds on this module's operations)
     if recompute == "full":
         return {"layer_input": shape.sp_tokens * shape.model.hidden_size * shape.elem}
     dropped = {n for m in shape.recompute_modules for n in RECOMPUTED[m]} if recompute == "selective" else set()
     out: dict[str, float] = {}
+    held = set()  # the 16-bit tensors kept so far (SHARED_SAVES)
     for op in decoder_layer(shape):
         cast = fp8 and isinstance(op, (Linear, GroupedLinear)) and op.group != "router"
         for name, nbytes in op.saves:
-            nbytes = nbytes / shape.elem if cast else nbytes
-            if name not in dropped:
-                out[name] = out.get(name, 0) + nbytes
+            if name in dropped or (not cast and held.intersection(SHARED_SAVES.get(name, ()))):
+                continue
+            held |= set() if cast else {name}
+            out[name] = out.get(name, 0) + (nbytes / shape.elem if cast else nbytes)
     return out
 
 
@@ -248,5 +256,5 @@ def forward_flops_per_token(c: TransformerConfig, causal: bool = False) -> dict[
     return out
 
 
-__all__ = ["RECOMPUTED", "SELECTIVE", "CoreAttention", "LayerShape", "Linear", "Pointwise", "decoder_layer",
+__all__ = ["RECOMPUTED", "SELECTIVE", "SHARED_SAVES", "CoreAttention", "LayerShape", "Linear", "Pointwise", "decoder_layer",
            "forward_flops_per_token", "saved_tensors"]

@@ -140,8 +140,7 @@ def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
     cfg, c = layout.config, layout.model
     out = {}
     if cfg.recompute_granularity == "full":
-        n = 1 if cfg.recompute_method == "block" else (cfg.recompute_num_layers or 1)
-        out["recompute_working_set"] = n * layer_activation_bytes(shape, fp8=cfg.fp8_format is not None)
+        out["recompute_working_set"] = recompute_working_set(layout, rank)
     if rank == layout.dims.pp - 1:
         out["logits"] = shape.tokens * c.padded_vocab_size / shape.tp * (shape.elem + 4)
     if layout.sharding.weights:
@@ -149,6 +148,20 @@ def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
         if not gathering(cfg).sync_each_microbatch:  # torchtitan under PP: gradients kept whole until the last
             out["zero3_unsharded_gradients"] = sum(stage_parameters(layout, rank).values()) * cfg.param_bytes
     return out
+
+
+def recompute_working_set(layout, rank: int) -> float:
+    """Full recomputation reruns one group of layers' forward (recompute_num_layers of them under the uniform
+    method, one under block) right before its backward: the largest group's saved tensors, each layer its own
+    shape (an MoE layer's routed rows, a dense layer's MLP)."""
+    cfg = layout.config
+    n = 1 if cfg.recompute_method == "block" else (cfg.recompute_num_layers or 1)
+    fp8 = cfg.fp8_format is not None
+    best = 0.0
+    for chunk in range(layout.chunks):
+        sizes = [layer_activation_bytes(layout.shape_of(layer), fp8=fp8) for layer in layout.layers_of(rank, chunk)]
+        best = max([best] + [sum(sizes[i:i + n]) for i in range(0, len(sizes), n)])
+    return best
 
 
 def zero3_gathered_parameters(layout, rank: int) -> float:

@@ -124,8 +124,10 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
         ops.append(Pointwise("moe.sort", 2 * R * h * e, 2 * R * h * e))
     act = "swiglu" if c.swiglu else "gelu"
     ops += [GroupedLinear("moe.fc1", r.local_counts, up, h, shape.grouped_gemm, saves=(("moe_fc1_input", R * h * e),)),
-            Pointwise(f"moe.{act}", R * (up + f) * e, R * (2 * up + f) * e, saves=(("moe_activation_input",
-                                                                                   R * up * e),)),
+            # the activation weighs each row by its routing probability (moe_apply_probs_on_input off): it keeps
+            # its input and the rows' probabilities (Megatron-Core's weighted SwiGLU)
+            Pointwise(f"moe.{act}", R * (up + f) * e, R * (2 * up + f) * e,
+                      saves=(("moe_activation_input", R * up * e), ("moe_activation_probs", R * e))),
             GroupedLinear("moe.fc2", r.local_counts, h, f, shape.grouped_gemm, saves=(("moe_fc2_input", R * f * e),))]
     if sorts:
         ops.append(Pointwise("moe.unsort", 2 * R * h * e, 2 * R * h * e))
@@ -137,8 +139,9 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
     elif ep > 1:
         ops.append(TokenExchange("moe.combine", "ep", "all_to_all", float(ep * r.to_rank[r.busiest] * h * e), sent,
                                  back=True))
-    ops.append(Pointwise("moe.unpermute", (rows + Ts) * h * e, (rows + Ts) * h * e,
-                         saves=(("moe_unpermute_input", rows * h * e),)))
+    # the rows come back already weighted, so the unpermutation is a plain scatter-add: its backward is a
+    # permutation of the gradient and keeps no activation (Megatron-Core's unpermute without probs)
+    ops.append(Pointwise("moe.unpermute", (rows + Ts) * h * e, (rows + Ts) * h * e))
     if c.moe_shared_expert_intermediate_size is not None:
         fs = c.moe_shared_expert_intermediate_size // t
         ups = 2 * fs if c.swiglu else fs
