@@ -256,5 +256,5 @@ def forward_flops_per_token(c: TransformerConfig, causal: bool = False) -> dict[
     return out
 
 
-__all__ = ["RECOMPUTED", "SELECTIVE", "SHARED_SAVES", "CoreAttention", "LayerShape", "Linear", "Pointwise", "decoder_layer",
-           "forward_flops_per_token", "saved_tensors"]
+__all__ = ["RECOMPUTED", "SELECTIVE", "SHARED_SAVES", "CoreAttention", "LayerShape", "Linear", "Pointwise",
+           "decoder_layer", "forward_flops_per_token", "saved_tensors"]
