@@ -21,8 +21,9 @@ Passes, all deterministic (the result does not depend on the number of workers):
    optimizer. Arithmetic only: no simulation.
 3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its schedule bound,
    the schedule's makespan (schedules.timeline) of its real passes (layer templates timed on the simulated cluster,
-   their TP and CP communication included) with free pipeline transfers, plus the optimizer; a layout with a
-   schedule bound is simulated in full (StepModel). Each bound is below the next (a pass takes at least its
+   their TP and CP communication included) with free pipeline transfers, or where longer each rank's passes slowed
+   by the least the data-parallel communication beside them can slow them (interference_bound.py), plus the
+   optimizer; a layout with a schedule bound is simulated in full (StepModel). Each bound is below the next (a pass takes at least its
    kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
    stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated
    step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
@@ -43,6 +44,7 @@ from ..workers import RayPool
 from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
 from .frameworks import refusal
+from .interference_bound import interference_bound
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
@@ -176,7 +178,7 @@ _STATE: dict = {}
 
 def _init(cluster, model, base) -> None:
     _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={},
-                  ranks={}, alone=None)
+                  ranks={}, alone=None, collectives={})
 
 
 def _layout(c: Candidate | TrainingConfig):
@@ -301,14 +303,16 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
 
 
 def bound(c: Candidate) -> dict:
-    """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
+    """The schedule bound of one candidate that fits: the makespan of its real passes, or the passes slowed by the
+    data-parallel communication beside them (interference_bound.py) where that is longer, plus the optimizer."""
     layout = _layout(c)
     sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
     passes = sim.build_passes()
     flat = [list(computations(acts)) for acts in layout.schedule]  # an overlapped pair: F, then B (timing.py)
     times = timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, placement=layout.placement)
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
+    slowed = interference_bound(layout, passes, _STATE["cluster"], _STATE["collectives"])
+    return {"bound": max(makespan(times), slowed) + optimizer, "bound_kind": "schedule"}
 
 
 def simulate(c: Candidate | TrainingConfig) -> dict:
