@@ -39,14 +39,26 @@ SLACK = 1e-9  # the collectives' times alone are summed in another order, on ano
 
 
 class _DryRun:
-    """Stands in for the step's Traffic and clock: the data-parallel policy's collectives, recorded, not run."""
+    """Stands in for the step's Traffic and clock: the data-parallel policy's collectives, counted, not run. Its
+    groups are the first representative's, on which the first GPU of each stage is (data_parallel/timing.py);
+    those of one rank or no bytes are instant (Traffic)."""
 
-    def __init__(self):
+    def __init__(self, pp: int):
         self.s = SimpleNamespace(sim=SimpleNamespace(now=0.0, at=lambda _t: None))
-        self.issued: list[tuple] = []
+        self.issued: list[dict] = [{} for _ in range(pp)]  # per pipeline rank: {(kind, group, bytes, dtype): count}
+        self.groups: dict[bytes, np.ndarray] = {}  # a group's ranks by their bytes (its key in `issued`)
+        self._keys: dict = {}  # id of a group the policy issues on (it keeps them throughout) -> its key
 
     def collective(self, kind: str, ranks, size: float, dtype: str, *, after=(), tags=None):
-        self.issued.append((tags["stage"], kind, np.asarray(ranks, dtype=np.int64), size, dtype))
+        key = self._keys.get(id(ranks))
+        if key is None:
+            group = np.asarray(ranks, dtype=np.int64)
+            key = self._keys[id(ranks)] = group.tobytes()
+            self.groups[key] = group
+        if len(self.groups[key]) > 1 and int(size) > 0:
+            mine = self.issued[tags["stage"]]
+            what = (kind, key, int(size), dtype)
+            mine[what] = mine.get(what, 0) + 1
         return None
 
 
@@ -57,12 +69,12 @@ def interference_bound(layout, passes: dict, cluster, alone: dict) -> float:
     dev, cfg = cluster.device, layout.config
     if not (cluster.template.tuning.interference and dev.sms > 0) or cfg.ideal_network:
         return 0.0
-    issued, ran = _dry_run(layout, passes)
+    run, ran = _dry_run(layout, passes)
+    issued = run.issued
     out = 0.0
     for r in range(layout.dims.pp):
-        gpu = int(layout.dims.ranks(pp=r, dp=0, cp=0, tp=0))
-        stream = [_alone(cluster, alone, kind, group, size, dtype) for rank, kind, group, size, dtype in issued
-                  if rank == r and len(group) > 1 and int(size) > 0 and gpu in group]
+        stream = [(t * n, ch) for (kind, group, size, dtype), n in issued[r].items()
+                  for t, ch in [_alone(cluster, alone, kind, run.groups[group], size, dtype)]]
         if not stream:
             continue
         busy = sum(p.duration * n for p, n in ran[r].values())
@@ -77,11 +89,11 @@ def interference_bound(layout, passes: dict, cluster, alone: dict) -> float:
     return out
 
 
-def _dry_run(layout, passes: dict) -> tuple[list[tuple], list[dict]]:
-    """The data-parallel policy's collectives before the optimizer, as (pipeline rank, kind, group, bytes, dtype),
-    its hooks called as the stages call them; and per pipeline rank the passes its compute stream runs, {(id of the
-    pass, whether the policy cut it inside a part): [the pass, how many times]}."""
-    run = _DryRun()
+def _dry_run(layout, passes: dict) -> tuple[_DryRun, list[dict]]:
+    """The data-parallel policy's collectives before the optimizer (in the _DryRun), its hooks called as the stages
+    call them; and per pipeline rank the passes its compute stream runs, {(id of the pass, whether the policy cut
+    it inside a part): [the pass, how many times]}."""
+    run = _DryRun(layout.dims.pp)
     dp = POLICIES[layout.sharding.zero_stage](layout, run, passes, [0])
     dp.start()
     ran: list[dict] = []
@@ -104,7 +116,7 @@ def _dry_run(layout, passes: dict) -> tuple[list[tuple], list[dict]]:
             mine.setdefault(key, [p, 0])[1] += 1
         dp.end(r)
         ran.append(mine)
-    return run.issued, ran
+    return run, ran
 
 
 def _inventory(ran: dict) -> tuple[dict, list]:
@@ -155,13 +167,13 @@ def _least(kernel, held: int, sms: int, hbm: float) -> float:
 _LEAST: dict = {}
 
 
-def _alone(cluster, cache: dict, kind: str, group: np.ndarray, size: float, dtype: str) -> tuple[float, int]:
+def _alone(cluster, cache: dict, kind: str, group: np.ndarray, size: int, dtype: str) -> tuple[float, int]:
     """(seconds, SMs held on each GPU) of a collective alone on the cluster, as the step's Traffic runs it."""
-    key = (kind, group.tobytes(), int(size), dtype)
+    key = (kind, group.tobytes(), size, dtype)
     got = cache.get(key)
     if got is None:
         s = Session(cluster, detail="steps")
-        op = s.collective(kind, group, size=int(size), dtype=dtype)
+        op = s.collective(kind, group, size=size, dtype=dtype)
         s.run(op)
         got = cache[key] = (op.record.time, op.record.channels)
     return got
@@ -191,7 +203,8 @@ def _losses(layout, cluster, alone: dict, r: int) -> float:
     n = sum(a.phase == FORWARD and placement.next(r, a.chunk) is None for a in computations(layout.schedule[r]))
     if not n:
         return 0.0
-    return n * _alone(cluster, alone, "all_reduce", dims.ranks(pp=r, tp=0).reshape(-1), 4, "float32")[0]
+    group = np.asarray(dims.ranks(pp=r, tp=0), dtype=np.int64).reshape(-1)
+    return n * _alone(cluster, alone, "all_reduce", group, 4, "float32")[0]
 
 
 __all__ = ["interference_bound"]

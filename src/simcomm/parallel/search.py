@@ -210,16 +210,22 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
     return _STATE["kernels"][key]
 
 
-def _kernel_seconds(sim: StepModel, rank: int, chunk: int, phase: str) -> float:
-    """A pass's kernels' seconds (no communication), by what they depend on: shared by many layouts."""
+def _kernel_seconds(sim: StepModel):
+    """seconds(rank, chunk, phase): a pass's kernels' seconds (no communication), by what they depend on: shared by
+    many layouts."""
     L, cfg = sim.layout, sim.cfg
-    moe = tuple(L.model.moe_layers[i] for i in L.layers_of(rank, chunk))
-    key = (sim.shape, L.moe_layer_shape, sim.cm.key, phase, moe,
-           L.has_embedding(rank, chunk), L.has_output(rank, chunk), cfg.recompute_granularity, cfg.recompute_method,
-           cfg.recompute_num_layers)
-    if key not in _STATE["seconds"]:
-        _STATE["seconds"][key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration
-    return _STATE["seconds"][key]
+    moe, cache = L.model.moe_layers, _STATE["seconds"]
+    common = (sim.shape, L.moe_layer_shape, sim.cm.key, cfg.recompute_granularity, cfg.recompute_method,
+              cfg.recompute_num_layers)
+
+    def seconds(rank: int, chunk: int, phase: str) -> float:
+        key = (common, phase, tuple(moe[i] for i in L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
+               L.has_output(rank, chunk))
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration
+        return got
+    return seconds
 
 
 def compute_bound(layout, seconds, optimizer: float) -> float:
@@ -292,11 +298,11 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
     key = (sim.shape, sim.cm.key, layout.stage_layers, cfg.recompute_granularity, cfg.recompute_method,
            cfg.recompute_num_layers, layout.dims.ep, layout.dims.etp)  # the experts' grid changes MoE passes
     if _starts_bound(layout):
-        bound_ = compute_bound(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph), optimizer)
+        bound_ = compute_bound(layout, _kernel_seconds(sim), optimizer)
     else:
         ranks = _STATE["ranks"].get(key)
         if ranks is None:
-            ranks = _STATE["ranks"][key] = _rank_seconds(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph))
+            ranks = _STATE["ranks"][key] = _rank_seconds(layout, _kernel_seconds(sim))
         bound_ = _critical_path(layout.microbatches, ranks) + optimizer
     row.update(bound=bound_ * (1 - 1e-9), bound_kind="compute")  # slack: sums in another order than the templates'
     return row
