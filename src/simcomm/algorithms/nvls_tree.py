@@ -35,7 +35,7 @@ from .reduce_ops import combine
 from .tree import _node_shapes
 from .tree_shape import node_members
 from .nvls_tree_alone import alone as _alone
-from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, UP, Layout, Shape
+from .nvls_tree_layout import DOWN, FINAL, REDUCED, START, Layout, Shape
 
 def why_not(cluster, coll: Collective) -> str | None:
     """Why NVLS-Tree cannot run this group on this cluster (None when it can)."""
@@ -56,70 +56,91 @@ def why_not(cluster, coll: Collective) -> str | None:
 
 
 def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
-    cluster = coll.placement.cluster
-    reason = why_not(cluster, coll)
+    reason = why_not(coll.placement.cluster, coll)
     if reason:
         raise AlgorithmError(reason)
-    grid = np.stack(node_members(coll))  # grid[k, l]: group rank of local GPU l on node k (as many on each)
-    nn, ppn = grid.shape
-    lay = Layout(coll.count, ppn, coll.itemsize)
-    shape = Shape(nn)
-    d_max, slices = shape.depth, lay.slices
-    up_route, down_route = switch_routes(cluster, coll.ranks)
-    local = np.empty(coll.n, dtype=np.int64)
-    local[grid] = np.arange(ppn)[None, :]
-    slice_bytes = lay.bytes.sum(axis=(1, 2))  # per slice
-    shard_bytes = lay.bytes.sum(axis=2)  # (slice, shard)
-    ranks = np.arange(coll.n)
-    # tree edges (tree i, child node c, parent node p, the child's depth), for every local index at once
-    e_inst, e_child = (np.concatenate(x) for x in zip(*[(np.full(int((p >= 0).sum()), i), np.flatnonzero(p >= 0))
-                                                          for i, p in enumerate(shape.parents)]))
-    e_par = np.array([shape.parents[i][c] for i, c in zip(e_inst, e_child)], dtype=np.int64)
-    e_depth = np.array([shape.depths[i][c] for i, c in zip(e_inst, e_child)], dtype=np.int64)
-    edges = list(zip(e_inst.tolist(), e_child.tolist(), e_par.tolist(), e_depth.tolist()))
-    # per edge, going up then going down: sender, receiver, clock rows written and read, whether the receiver reduces
-    roots = np.array([shape.parents[i][p] < 0 for i, p in zip(e_inst, e_par)])
-    kids = np.array([shape.has_kids[i][c] for i, c in zip(e_inst, e_child)])
-    t_src = np.stack([grid[e_child], grid[e_par]], axis=1)  # (edge, direction, local index)
-    t_dst = np.stack([grid[e_par], grid[e_child]], axis=1)
-    t_write = np.broadcast_to(np.stack([np.where(roots, DOWN, UP) + e_inst, DOWN + e_inst], axis=1)[:, :, None],
-                              t_src.shape)
-    t_read = np.broadcast_to(np.stack([np.where(kids, UP + e_inst, REDUCED), DOWN + e_inst], axis=1)[:, :, None],
-                             t_src.shape)
-    t_reduce = np.broadcast_to(np.array([True, False])[None, :, None], t_src.shape)
+    plan = _Plan(coll, buf)
+    yield from plan.steps()
+    if plan.work is not None:
+        buf.rows = np.broadcast_to(plan.part[0].reshape(-1)[:coll.count], (coll.n, coll.count))
+    elif buf.unstacked:
+        buf.rows = np.broadcast_to(_fold(buf, plan.grid, plan.shape, plan.lay, coll.count), (coll.n, coll.count))
 
-    work = None
-    if buf.live and not buf.unstacked:
-        padded = np.zeros((coll.n, slices * ppn * 2 * lay.per), dtype=buf.rows.dtype)
-        padded[:, :coll.count] = buf.rows
-        work = padded.reshape(coll.n, slices, ppn, 2, lay.per)
-        part = np.empty((nn, slices, ppn, 2, lay.per), dtype=buf.rows.dtype)
 
-    def flows(t: int):
-        """Stage t's flow sets: (src, dst, bytes, routes or None for rank-to-rank, the clock row written (-1: none)
+class _Plan:
+    """NVLS-Tree's stages on the group (see the module docstring): each stage's flows, the runs of identical
+    stages as one step repeated, and (with live buffers) each stage's data movement."""
+
+    def __init__(self, coll: Collective, buf: Buffers):
+        self.coll, self.buf = coll, buf
+        self.cluster = coll.placement.cluster
+        self.grid = grid = np.stack(node_members(coll))  # grid[k, l]: group rank of local GPU l on node k
+        nn, ppn = grid.shape
+        self.lay = lay = Layout(coll.count, ppn, coll.itemsize)
+        self.shape = sh = Shape(nn)
+        self.up_route, self.down_route = switch_routes(self.cluster, coll.ranks)
+        self.local = np.empty(coll.n, dtype=np.int64)
+        self.local[grid] = np.arange(ppn)[None, :]
+        self.slice_bytes = lay.bytes.sum(axis=(1, 2))  # per slice
+        self.shard_bytes = lay.bytes.sum(axis=2)  # (slice, shard)
+        self.ranks = np.arange(coll.n)
+        # per tree edge, going up then down, for every local index at once: sender, receiver (edge, direction,
+        # local index), the clock rows written and read, whether the receiver reduces
+        self.t_src = np.stack([grid[sh.child], grid[sh.parent]], axis=1)
+        self.t_dst = np.stack([grid[sh.parent], grid[sh.child]], axis=1)
+        self.t_write = np.broadcast_to(sh.write[:, :, None], self.t_src.shape)
+        self.t_read = np.broadcast_to(sh.read[:, :, None], self.t_src.shape)
+        self.t_reduce = np.broadcast_to(np.array([True, False])[None, :, None], self.t_src.shape)
+        # the edges in the order a parent combines what its children send: by parent, then child
+        self.combine_order = np.lexsort((sh.child, sh.parent))
+        self.work = self.part = None
+        if buf.live and not buf.unstacked:
+            padded = np.zeros((coll.n, lay.slices * ppn * 2 * lay.per), dtype=buf.rows.dtype)
+            padded[:, :coll.count] = buf.rows
+            self.work = padded.reshape(coll.n, lay.slices, ppn, 2, lay.per)
+            self.part = np.empty((nn, lay.slices, ppn, 2, lay.per), dtype=buf.rows.dtype)
+
+    def steps(self):
+        """Every stage's step, identical neighbours as one step repeated; the data moves after each run."""
+        pending, run = None, []
+        for t in range(self.lay.slices + 2 * self.shape.depth + 1):
+            st = self.build(t)
+            if st is not None and pending is not None and _same(st, pending):
+                run.append(t)
+                continue
+            yield from self.flush(pending, run)
+            pending, run = st, [t]
+        yield from self.flush(pending, run)
+
+    def flows(self, t: int) -> list[tuple]:
+        """Stage t's flow sets: (src, dst, bytes, routes or None for rank to rank, the clock row written (-1: none)
         and the one read, whether the receiver reduces what it gets; the last three per flow or for the set)."""
+        sh, slices, d_max = self.shape, self.lay.slices, self.shape.depth
+        ranks, local = self.ranks, self.local
         out = []
         if t < slices:  # A on slice t: up from every GPU, its shard of the node's sum down
-            out.append((ranks, ranks, np.full(coll.n, slice_bytes[t]), up_route, -1, -1, False))
-            out.append((ranks, ranks, shard_bytes[t, local], down_route, REDUCED, START, False))
-        j = np.stack([t - 1 - d_max + e_depth, t - d_max - e_depth], axis=1)  # slice going up, going down
+            out.append((ranks, ranks, np.full(self.coll.n, self.slice_bytes[t]), self.up_route, -1, -1, False))
+            out.append((ranks, ranks, self.shard_bytes[t, local], self.down_route, REDUCED, START, False))
+        j = np.stack([t - 1 - d_max + sh.depth_of, t - d_max - sh.depth_of], axis=1)  # slice going up, going down
         on = (j >= 0) & (j < slices)
         if on.any():  # the tree edges in order, each going up then down, zero bytes where idle
-            nb = np.where(on[:, :, None], lay.bytes[np.clip(j, 0, slices - 1), :, e_inst[:, None]], 0)
-            out.append((t_src.reshape(-1), t_dst.reshape(-1), nb.reshape(-1), None, t_write.reshape(-1),
-                        t_read.reshape(-1), t_reduce.reshape(-1)))
+            nb = np.where(on[:, :, None], self.lay.bytes[np.clip(j, 0, slices - 1), :, sh.inst[:, None]], 0)
+            out.append((self.t_src.reshape(-1), self.t_dst.reshape(-1), nb.reshape(-1), None,
+                        self.t_write.reshape(-1), self.t_read.reshape(-1), self.t_reduce.reshape(-1)))
         j = t - 2 * d_max - 1
         if 0 <= j < slices:  # C on slice j: each GPU's shard up once, the whole slice down to every GPU
-            out.append((ranks, ranks, shard_bytes[j, local], up_route, -1, -1, False))
-            out.append((ranks, ranks, np.full(coll.n, slice_bytes[j]), down_route, FINAL, DOWN, False))
+            out.append((ranks, ranks, self.shard_bytes[j, local], self.up_route, -1, -1, False))
+            out.append((ranks, ranks, np.full(self.coll.n, self.slice_bytes[j]), self.down_route, FINAL, DOWN,
+                        False))
         return out
 
-    def build(t: int) -> Step | None:
-        parts = [f for f in flows(t) if (f[2] > 0).any()]
+    def build(self, t: int) -> Step | None:
+        """Stage t's step (None where only padding would move): its flows, their clock chains and reductions."""
+        parts = [f for f in self.flows(t) if (f[2] > 0).any()]
         if not parts:
             return None
         src, dst, nb, routes, red_who, red_bytes = [], [], [], [], [], []
-        ch, fsrc, fdst, fidx, read = [], [], [], [], []
+        chains = ([], [], [], [], [])  # clock written, sender, receiver, flow, clock read
         at = 0
         for s, d, b, route, write, rd, reduces in parts:
             keep = b > 0
@@ -129,7 +150,6 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
             dst.append(d)
             nb.append(b.astype(np.float64))
             routes.append(route[keep] if route is not None else None)  # rank to rank: looked up at once below
-            idx = np.arange(at, at + k)
             if np.ndim(write):
                 write, rd, reduces = write[keep], rd[keep], reduces[keep]
                 sets = ((write, rd),)
@@ -138,70 +158,64 @@ def nvls_tree_all_reduce(coll: Collective, buf: Buffers):
             for w, r in sets:
                 if np.ndim(w) == 0 and w < 0:
                     continue
-                ch.append(np.broadcast_to(w, k))
-                fsrc.append(s)
-                fdst.append(d)
-                fidx.append(idx)
-                read.append(np.broadcast_to(r, k))
+                for column, x in zip(chains, (np.broadcast_to(w, k), s, d, np.arange(at, at + k),
+                                              np.broadcast_to(r, k))):
+                    column.append(x)
             if np.any(reduces):
                 red_who.append(d[reduces] if np.ndim(reduces) else d)
                 red_bytes.append((b[reduces] if np.ndim(reduces) else b).astype(np.float64))
             at += k
+        self._route(src, dst, routes)
         cat = np.concatenate
-        pending = [i for i, r in enumerate(routes) if r is None]
-        if pending:
-            found = cluster.route_ids(coll.ranks[cat([src[i] for i in pending])],
-                                      coll.ranks[cat([dst[i] for i in pending])])
-            for i, r in zip(pending, np.split(found, np.cumsum([len(src[i]) for i in pending])[:-1])):
-                routes[i] = r
         st = Step(cat(src), cat(dst), cat(nb), label="nvls-tree", routes=cat(routes),
-                  chains=(cat(ch), cat(fsrc), cat(fdst), cat(fidx), cat(read)))
+                  chains=tuple(cat(column) for column in chains))
         if red_who:
             st.local_reduce = (cat(red_who), cat(red_bytes))
         return st
 
-    def same(a: Step, b: Step) -> bool:
-        return all(np.array_equal(x, y) for x, y in ((a.src, b.src), (a.dst, b.dst), (a.nbytes, b.nbytes),
-                                                     (a.routes, b.routes), *zip(a.chains, b.chains))) and \
-            (a.local_reduce is None) == (b.local_reduce is None)
+    def _route(self, src: list, dst: list, routes: list) -> None:
+        """The routes of the rank-to-rank flow sets (None in `routes`), looked up at once."""
+        pending = [i for i, r in enumerate(routes) if r is None]
+        if not pending:
+            return
+        ranks = self.coll.ranks
+        found = self.cluster.route_ids(ranks[np.concatenate([src[i] for i in pending])],
+                                       ranks[np.concatenate([dst[i] for i in pending])])
+        for i, r in zip(pending, np.split(found, np.cumsum([len(src[i]) for i in pending])[:-1])):
+            routes[i] = r
 
-    def compute(t: int) -> None:
+    def compute(self, t: int) -> None:
         """Stage t's data movement (after its step is timed)."""
+        sh, part, slices, d_max = self.shape, self.part, self.lay.slices, self.shape.depth
         if t < slices:
-            for k in range(nn):
-                part[k, t] = _reduce_rows(buf, work[grid[k], t])
-        for i, c, p, d in sorted(edges, key=lambda e: (e[2], e[1])):
+            for k in range(len(self.grid)):
+                part[k, t] = _reduce_rows(self.buf, self.work[self.grid[k], t])
+        for e in self.combine_order.tolist():
+            i, c, p, d = int(sh.inst[e]), int(sh.child[e]), int(sh.parent[e]), int(sh.depth_of[e])
             j = t - 1 - d_max + d
             if 0 <= j < slices:
-                combine(buf.op, part[p, j, :, i], part[c, j, :, i], out=part[p, j, :, i])
+                combine(self.buf.op, part[p, j, :, i], part[c, j, :, i], out=part[p, j, :, i])
             j = t - d_max - d
             if 0 <= j < slices:
                 part[c, j, :, i] = part[p, j, :, i]
 
-    def flush(st: Step | None, run: list[int]):
+    def flush(self, st: Step | None, run: list[int]):
         """Time the run of identical stages `run` as one step repeated (none where only padding moves), then move
         their data."""
         if st is not None:
             st.repeat = len(run)
             st.label = f"nvls-tree stage {run[0] + 1}" + (f"-{run[-1] + 1}" if len(run) > 1 else "")
             yield st
-        if work is not None:
+        if self.work is not None:
             for t in run:
-                compute(t)
+                self.compute(t)
 
-    pending, run = None, []
-    for t in range(slices + 2 * d_max + 1):
-        st = build(t)
-        if st is not None and pending is not None and same(st, pending):
-            run.append(t)
-            continue
-        yield from flush(pending, run)
-        pending, run = st, [t]
-    yield from flush(pending, run)
-    if work is not None:
-        buf.rows = np.broadcast_to(part[0].reshape(-1)[:coll.count], (coll.n, coll.count))
-    elif buf.unstacked:
-        buf.rows = np.broadcast_to(_fold(buf, grid, shape, lay, coll.count), (coll.n, coll.count))
+
+def _same(a: Step, b: Step) -> bool:
+    """Whether two steps move the same flows with the same chains (and both reduce or neither)."""
+    return all(np.array_equal(x, y) for x, y in ((a.src, b.src), (a.dst, b.dst), (a.nbytes, b.nbytes),
+                                                 (a.routes, b.routes), *zip(a.chains, b.chains))) and \
+        (a.local_reduce is None) == (b.local_reduce is None)
 
 
 def _fold(buf: Buffers, grid: np.ndarray, shape: Shape, lay: Layout, count: int) -> np.ndarray:

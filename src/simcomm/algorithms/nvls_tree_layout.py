@@ -24,12 +24,26 @@ class Layout:
 
 
 class Shape:
-    """The node trees: per tree, each node's parent, depth and whether it has children; D the deeper depth."""
+    """The node trees: per tree, each node's parent, depth and whether it has children; D the deeper depth.
+
+    Their edges, tree by tree and child by child: `inst` (the tree), `child`, `parent` (nodes), `depth` (the
+    child's); each edge carries data up (direction 0) and down (1): `write[e, k]` is the clock row the receiver
+    writes and `read[e, k]` the one the sender reads (a root's children write its down clock; a leaf sends A's
+    result up)."""
 
     def __init__(self, nodes: int):
         self.parents = dtree_parents(nodes)
         self.depths = [depths(p) for p in self.parents]
         self.has_kids = [np.bincount(p[p >= 0], minlength=nodes) > 0 for p in self.parents]
         self.depth = int(max(d.max() for d in self.depths))
+        children = [np.flatnonzero(p >= 0) for p in self.parents]
+        self.inst = np.concatenate([np.full(len(c), i, dtype=np.int64) for i, c in enumerate(children)])
+        self.child = np.concatenate(children)
+        self.parent = np.concatenate([p[c] for p, c in zip(self.parents, children)])
+        self.depth_of = np.concatenate([d[c] for d, c in zip(self.depths, children)])
+        root = np.concatenate([p[p[c]] < 0 for p, c in zip(self.parents, children)])
+        kids = np.concatenate([k[c] for k, c in zip(self.has_kids, children)])
+        self.write = np.stack([np.where(root, DOWN, UP) + self.inst, DOWN + self.inst], axis=1)
+        self.read = np.stack([np.where(kids, UP + self.inst, REDUCED), DOWN + self.inst], axis=1)
 
 

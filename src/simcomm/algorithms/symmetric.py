@@ -19,10 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.cache import BoundedCache
 from ..engine.ids import factorize
 from ..engine.maxmin import max_min_rates_csr
-from .chains import chain_step
 from .hierarchical import node_grid
 
 _SPINE_MARGIN = 1e-9  # a fabric link left out of a reduced problem may not exceed its capacity by more than this
@@ -87,6 +85,9 @@ class Reduced:
             else np.empty(0, np.int64)
         self.blocks = blocks
         self.solves = 0
+        # for the flows `_solved_for` (identical stages time the same flows again): live flows (as bytes) -> their
+        # rates and check's verdict; the flows on each link when all are live
+        self._solved, self._solved_for, self._live_on = {}, None, None
 
     def _rates(self, route: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """Max-min rate of each route class, given the live flows on each (engine.maxmin, as the network)."""
@@ -102,19 +103,38 @@ class Reduced:
         offsets = np.repeat(self.starts[route] - (np.cumsum(counts) - counts), counts)
         return self.links[np.arange(int(counts.sum())) + offsets]
 
+    def _solve(self, flows: Flows, alive: np.ndarray, rate: np.ndarray, check) -> None:
+        """The live flows' max-min rates into `rate`, and check's verdict on them into self.verdicts; solved
+        once per set of live flows of these flows (the rates do not depend on when the stage starts)."""
+        key = alive.tobytes()
+        known = self._solved.get(key)
+        if known is None:
+            live = np.flatnonzero(alive)
+            rate[live] = self._rates(flows.route[live], flows.weight[live])
+            known = self._solved[key] = [rate[live].copy(), None]  # the rates, check's verdict once given
+        rate[alive] = known[0]
+        if check is not None:
+            if known[1] is None:
+                known[1] = check(rate, alive)  # a refusal (raised) is not kept: it ends the stage's timing
+            self.verdicts.append(known[1])
+
     def finish(self, t0: float, flows: Flows, check=None) -> np.ndarray:
         """When each flow sends its last byte, all starting at t0 alone on their links (FlowNetwork's rules);
-        `check(rates, alive)` may refuse a solution (by raising)."""
+        `check(rates, alive)` may refuse a solution (by raising) and returns a verdict on it: self.verdicts lists
+        them, one per solve."""
         n = len(flows.route)
         finish = np.full(n, np.nan)
+        self.verdicts, self.solves = [], 0
         if not n:
             return finish
         remaining = flows.wire.astype(np.float64).copy()
         alive = np.ones(n, dtype=bool)
-        live_on = np.bincount(self._on(flows.route), minlength=len(self.capacity))  # live flows per link
-        rate = self._rates(flows.route, flows.weight)
-        if check is not None:
-            check(rate, alive)
+        if flows is not self._solved_for:
+            self._solved, self._solved_for = {}, flows
+            self._live_on = np.bincount(self._on(flows.route), minlength=len(self.capacity))
+        live_on = self._live_on.copy()  # live flows per link
+        rate = np.empty(n)
+        self._solve(flows, alive, rate, check)
         now = updated = t0
         while True:
             live = np.flatnonzero(alive)
@@ -131,12 +151,9 @@ class Reduced:
             if not alive.any():
                 return finish
             freed = self._on(flows.route[ended])
-            np.subtract.at(live_on, freed, 1)
+            live_on -= np.bincount(freed, minlength=len(live_on))
             if (live_on[freed] > 0).any():  # max-min decomposes over flows that share no link
-                rest = np.flatnonzero(alive)
-                rate[rest] = self._rates(flows.route[rest], flows.weight[rest])
-                if check is not None:
-                    check(rate, alive)
+                self._solve(flows, alive, rate, check)
             now = when
 
 
@@ -196,7 +213,7 @@ class Bookings:
         self.rows.append((who, start, end, amount))
         return end
 
-    def reductions(self, per_rank: np.ndarray, t0: float, floor: float, t_end: float, clocks: "Clocks",
+    def reductions(self, per_rank: np.ndarray, t0: float, floor: float, t_end: float, clocks,
                    chains: tuple, column=None) -> float:
         """A stage's fused reductions, `per_rank` bytes of HBM work on each group rank, issued at t0 (the
         executor's rule): those that end after `floor` (the earliest any of the stage's data could move on) hold
@@ -267,6 +284,7 @@ class Rails:
             raise NotSymmetric("the rails do not cross the spines alike")
         self.latency = latency  # of each node pair's route
         self.spines = Spines(cluster.link_capacity, fabric)
+        self._own, self._own_for = {}, None  # rail_finish's problems of the stage last timed
 
     @staticmethod
     def _paths(cluster, grid, ranks, heads, nvlink: set):
@@ -296,22 +314,20 @@ class Rails:
         receiver's path in."""
         return np.concatenate([self.nic_out[self.s_node[pairs]], self.nic_back[self.d_node[pairs]]], axis=1)
 
-    def check(self, rate: np.ndarray, alive: np.ndarray, first: int, pair: np.ndarray, weight: np.ndarray) -> None:
+    def check(self, rate: np.ndarray, alive: np.ndarray, first: int, pair: np.ndarray, weight: np.ndarray) -> set:
         """Rates of a reduced problem whose NIC flows (from `first` on, node pairs `pair`): the rails whose fabric
-        links they would overload join `self.bound` (each is solved on its own after: `finish`); where rails share
-        fabric links, Overloaded."""
+        links they would overload (each is solved on its own after: `finish`); where rails share fabric links,
+        Overloaded."""
         live = alive[first:]
         over = self.spines.overloaded(pair[live], rate[first:][live], weight[live])
-        if len(over):
-            if not self.spines.independent:
-                raise Overloaded()
-            self.bound |= {self.spines.rail_of[int(link)] for link in over}
+        if len(over) and not self.spines.independent:
+            raise Overloaded()
+        return {self.spines.rail_of[int(link)] for link in over}
 
     def finish(self, t0: float, flows: Flows, reduced: "Reduced", nic) -> list[np.ndarray]:
         """When each of a stage's reduced flows sends its last byte, as each rail sees it: one array when every
         rail is its reduced twin, else one per rail (NVLink flows alike in all). nic: (first NIC flow, their node
         pairs, weights, the distinct pairs, each NIC flow's pair) or None."""
-        self.bound = set()
         if nic is None:
             return [reduced.finish(t0, flows)]
         first, pair, weight, pairs, pair_route = nic
@@ -321,11 +337,12 @@ class Rails:
             rails = self.every_rail(t0, flows, first, pairs, pair_route, reduced.blocks[:1])
             reduced.solves += self.solves
             return rails
-        if not self.bound:
+        bound = set().union(*reduced.verdicts)
+        if not bound:
             return [finish]
         out = []
         for r in range(self.rails):
-            if r in self.bound:
+            if r in bound:
                 nics = self.rail_finish(t0, flows, first, pairs, pair_route, r)
                 reduced.solves += self.solves
                 out.append(np.r_[finish[:first], nics])
@@ -336,7 +353,19 @@ class Rails:
     def rail_finish(self, t0: float, flows: Flows, first: int, pairs: np.ndarray, pair_route: np.ndarray,
                     rail: int) -> np.ndarray:
         """Rail `rail`'s NIC flows timed with the fabric links they cross on it (a component of the stage's
-        problem of its own: no link shared with NVLink or another rail)."""
+        problem of its own: no link shared with NVLink or another rail). Identical stages (the same `flows`)
+        share the problem and its solves."""
+        if self._own_for is not flows:
+            self._own, self._own_for = {}, flows
+        if rail not in self._own:
+            self._own[rail] = self._rail_problem(flows, first, pairs, pair_route, rail)
+        own, nic = self._own[rail]
+        out = own.finish(t0, nic)
+        self.solves = own.solves
+        return out
+
+    def _rail_problem(self, flows: Flows, first: int, pairs: np.ndarray, pair_route: np.ndarray, rail: int):
+        """Rail `rail`'s NIC flows and the reduced links they cross on it, fabric links included."""
         fabric = self.spines.per_rail[rail, pairs, :]
         fab_ids, fab_of = np.unique(fabric[fabric >= 0], return_inverse=True)
         capacity = np.concatenate([self.capacity, self.spines.capacity[fab_ids]])
@@ -349,11 +378,7 @@ class Rails:
             blocks.append(np.concatenate([rows[sel, :self.lo], middle[sel], rows[sel, self.lo:]], axis=1))
             index[sel] = count + np.arange(int(sel.sum()))
             count += int(sel.sum())
-        own = Reduced(capacity, blocks)
-        nic = Flows(index[pair_route], flows.weight[first:], flows.wire[first:])
-        out = own.finish(t0, nic)
-        self.solves = own.solves
-        return out
+        return Reduced(capacity, blocks), Flows(index[pair_route], flows.weight[first:], flows.wire[first:])
 
     def every_rail(self, t0: float, flows: Flows, first: int, pairs: np.ndarray, pair_route: np.ndarray,
                    nvlink_blocks: list[np.ndarray]) -> list[np.ndarray]:
@@ -390,64 +415,6 @@ class Rails:
         self.solves = every.solves
         nics = len(pair_route)
         return [np.r_[finish[:first], finish[first + r * nics:first + (r + 1) * nics]] for r in range(self.rails)]
-
-
-class Clocks:
-    """The executor's latency clocks (chains.chain_step) of a closed form's representative ranks: one set while
-    every channel (or rail) agrees, else one per distinct history (`of_rail`: each channel's set), so channels
-    whose costs agree share one set's work."""
-
-    def __init__(self, rows: int, n: int, t0: float):
-        self.sets = [np.full((rows, n), t0)]
-        self.of_rail = [0]
-        self._index = BoundedCache(4, 1 << 30)
-
-    def advance(self, chains: tuple, costs: list[np.ndarray], t0: float) -> None:
-        """One stage from t0: `costs` per flow, one array for every channel or one per channel.
-
-        A clock no later than t0 can no longer matter (every read takes max(clock, t0), every write the max with
-        an arrival after t0, and the collective ends after t0), so while the channels differ their clocks are
-        raised to t0 first, and the channels whose pasts have stopped mattering become one again. Channels with
-        the same set and equal costs take one step together."""
-        if len(self.sets) > 1:
-            for clocks in self.sets:
-                np.maximum(clocks, t0, out=clocks)
-            self.settle()
-        cost_of = _distinct(costs)
-        rails = max(len(self.of_rail), len(costs))
-        pairs = [(self.of_rail[r % len(self.of_rail)], cost_of[r % len(costs)]) for r in range(rails)]
-        steps = list(dict.fromkeys(pairs))  # distinct (set, cost) in first-seen order
-        shared = len(steps) == len(self.sets) and all(s == k for k, (s, _) in enumerate(steps))
-        self.sets = [chain_step(self.sets[s] if shared else self.sets[s].copy(), chains, costs[c], t0, self._index)
-                     for s, c in steps]
-        where = {p: k for k, p in enumerate(steps)}
-        self.of_rail = [where[p] for p in pairs]
-        self.settle()
-
-    def raise_to(self, chains: tuple, floor_of_receiver: np.ndarray) -> None:
-        """Fused reductions that end late: each clock the chains wrote is at least its receiver's reduction end
-        (floor_of_receiver, one per chain entry)."""
-        for clocks in self.sets:
-            fdst = chains[0] * clocks.shape[1] + chains[2]
-            flat = clocks.reshape(-1)
-            flat[fdst] = np.maximum(flat[fdst], floor_of_receiver)
-
-    def settle(self) -> None:
-        """The channels' clocks as one set again where they agree."""
-        if len(self.sets) > 1 and all(np.array_equal(r, self.sets[0]) for r in self.sets[1:]):
-            self.sets, self.of_rail = self.sets[:1], [0]
-
-    def latest(self) -> float:
-        return max(float(r.max()) for r in self.sets)
-
-
-def _distinct(costs: list[np.ndarray]) -> list[int]:
-    """For each cost array, the index of the first equal one."""
-    out: list[int] = []
-    for k, c in enumerate(costs):
-        out.append(next((i for i in range(k) if out[i] == i and (costs[i] is c or np.array_equal(costs[i], c))),
-                        k))
-    return out
 
 
 def per_rail(rails: list[np.ndarray], cost) -> list[np.ndarray]:

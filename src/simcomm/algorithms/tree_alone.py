@@ -12,16 +12,18 @@ channel's turn, so channel 0 stands for all: its clocks are the others' turned. 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
 from ..engine.resources import reduction_bytes
 from .plan import Collective
-from .symmetric import (Bookings, Clocks, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced,
+from .clock_sets import Clocks
+from .symmetric import (Bookings, attempt, whole_nodes, Flows, NotSymmetric, per_rail, Rails, Reduced,
                         merge)
 from .tree_shape import dtree_parents, head_stride, tree_channels
-from .tree_schedule import _Edges, choose_slices, depths
+from .tree_schedule import _Edges, Slicing, depths
 
 
 def _channel_zero(grid: np.ndarray, n: int) -> list[np.ndarray]:
@@ -63,6 +65,20 @@ class _Node:
         self.nvlink = set(up.tolist()) | set(down.tolist())
 
 
+@dataclass
+class _Plan:
+    """A stage's work that does not depend on when it starts (identical stages share it)."""
+
+    flows: Flows  # the reduced flows (see _Run._stage)
+    reduced: Reduced
+    nic: tuple | None
+    count: float  # flows of the full problem
+    chains: tuple  # channel 0's active edges: clock written, sender, receiver, its reduced flow, clock read
+    used: np.ndarray  # whether channel 0's edges ride each reduced flow
+    latency: np.ndarray  # of each reduced flow
+    reduce: np.ndarray | None  # HBM bytes each group rank reduces
+
+
 class _Run:
     def __init__(self, sim, coll: Collective, proto, label: str, tags):
         cluster = sim.cluster
@@ -73,17 +89,10 @@ class _Run:
         stride = head_stride(coll, nn, ppn)
         if channels * stride != ppn:
             raise NotSymmetric("the channels' turns do not come round")
-        m = 2 * channels
-        seg = -(-coll.count // m)
-        slices = choose_slices(seg * coll.itemsize)
-        per = -(-seg // slices) if seg else 0
-        starts = np.arange(m)[:, None] * seg + np.arange(slices)[None, :] * per
-        ends = np.minimum(np.arange(m)[:, None] * seg + np.minimum((np.arange(slices)[None, :] + 1) * per, seg),
-                          coll.count)
-        true_bytes = (np.clip(ends - starts, 0, None) * coll.itemsize).astype(np.float64)
-        if not (true_bytes == true_bytes[0]).all():
+        cut = Slicing(coll.count, 2 * channels, coll.itemsize)
+        if not (cut.bytes == cut.bytes[0]).all():
             raise NotSymmetric("the instances' shares differ")
-        self.slice_bytes = true_bytes[0]
+        self.slice_bytes, slices = cut.bytes[0], cut.slices
         self.grid, self.nn, self.ppn, self.channels, self.stride, self.slices = grid, nn, ppn, channels, stride, slices
         heads = np.arange(channels) * stride
         self.node = _Node(cluster, grid, coll.ranks, heads)
@@ -108,6 +117,11 @@ class _Run:
         self.per_kind = np.bincount(self.kind_of, minlength=self.nk)
         if nn > 1:
             self._nics(cluster, heads)
+        self.intra_latency = self.node.intra_latency + self.hop_intra
+        self.latency = np.where(self.inter, self.hop_net, self.intra_latency)  # of each edge
+        if nn > 1:
+            inter = self.edge_pair_of >= 0
+            self.latency[inter] = self.rails.latency[self.edge_pair_of[inter]] + self.hop_net
 
     # ---- set-up ------------------------------------------------------------------------------------------
     def _kinds(self, parents) -> None:
@@ -141,37 +155,63 @@ class _Run:
         """Every stage in order; returns when the last clock is ready. The clocks are channel 0's while the
         channels agree; where a spine link makes the rails' flows (and so their clocks) part, every channel
         keeps its own, in channel 0's coordinates (the same edges; only the NIC flows' costs differ), until they
-        agree again."""
-        sim, coll, e = self.sim, self.coll, self.edges
+        agree again. A stage like the one before (the steady state) reuses its plan and its solves."""
+        sim, coll = self.sim, self.coll
         t = float(sim.now)
         clocks = Clocks(4, coll.n, t)
-        latency = np.where(self.inter, self.hop_net, self.node.intra_latency + self.hop_intra)
-        if self.nn > 1:
-            inter = self.edge_pair_of >= 0
-            latency[inter] = self.rails.latency[self.edge_pair_of[inter]] + self.hop_net
         full_flows = 0.0
         self.memory = Bookings(sim.memory, coll.ranks)
+        plan, key = None, None
         for stage in range(self.stages):
-            j = stage - e.offset
-            active = np.flatnonzero((j >= 0) & (j < self.slices))
-            active = active[self.slice_bytes[j[active]] > 0]
-            if not len(active):
+            now_key = self._key(stage)
+            if now_key is None:
                 continue
-            nbytes = self.slice_bytes[j[active]]
-            flows, reduced, edge_flow, nic, count = self._stage(active, j[active])
-            full_flows += count
-            chains = (e.wrow[active], e.src[active], e.dst[active], np.arange(len(active)), e.rrow[active])
-            rails = self.rails.finish(t, flows, reduced, nic) if nic is not None else [reduced.finish(t, flows)]
-            costs = per_rail(rails, lambda r: r[edge_flow] - t + latency[active])
-            floor = t + min(float(c.min()) for c in costs)
-            clocks.advance(chains, costs, t)
-            t = self._reduce(active, nbytes, clocks, chains, t, floor, max(float(r.max()) for r in rails))
+            if now_key != key:
+                plan, key = self._plan(stage), now_key
+            full_flows += plan.count
+            if plan.nic is not None:
+                rails = self.rails.finish(t, plan.flows, plan.reduced, plan.nic)
+            else:
+                rails = [plan.reduced.finish(t, plan.flows)]
+            costs = per_rail(rails, lambda r: r - t + plan.latency)
+            floor = t + min(float(c[plan.used].min()) for c in costs)
+            clocks.advance(plan.chains, costs, t)
+            t_end = max(float(r.max()) for r in rails)
+            if plan.reduce is not None:
+                t_end = self.memory.reductions(plan.reduce, t, floor, t_end, clocks, plan.chains)
+            t = t_end
             clocks.settle()
-            sim.network.stats["solves"] += reduced.solves
+            sim.network.stats["solves"] += plan.reduced.solves
         self.memory.commit(f"{self.label} reduce", self.tags)
         sim.network.stats["flows"] += int(full_flows)
         sim.network.stats["closed_form"] += 1
         return max(clocks.latest(), t)
+
+    def _key(self, stage: int) -> bytes | None:
+        """What a stage moves: the slice size (code) each distinct edge offset carries (-1: none), or None when
+        nothing moves; stages with one key have one plan."""
+        j = stage - self.edges.offsets
+        code = np.full(len(j), -1, dtype=np.int64)
+        ok = (j >= 0) & (j < self.slices)
+        ok[ok] = self.slice_bytes[j[ok]] > 0
+        code[ok] = self.slice_code[j[ok]]
+        return code.tobytes() if ok.any() else None
+
+    def _plan(self, stage: int) -> _Plan:
+        """Stage `stage`'s flows, channel 0's chains over its active edges (each edge's reduced flow) and every
+        rank's reductions: all that does not depend on when the stage starts."""
+        e = self.edges
+        j = stage - e.offset
+        active = np.flatnonzero((j >= 0) & (j < self.slices))
+        active = active[self.slice_bytes[j[active]] > 0]
+        flows, reduced, edge_flow, nic, count = self._stage(active, j[active])
+        latency = np.full(len(flows.route), self.intra_latency)
+        latency[edge_flow] = self.latency[active]  # one latency per reduced flow: its node pair's or NVLink's
+        chains = (e.wrow[active], e.src[active], e.dst[active], edge_flow, e.rrow[active])
+        used = np.zeros(len(flows.route), dtype=bool)
+        used[edge_flow] = True
+        return _Plan(flows, reduced, nic, count, chains, used, latency,
+                     self._reductions(active, self.slice_bytes[j[active]]))
 
     def _stage(self, active: np.ndarray, j: np.ndarray):
         """The stage's flows on the reduced links (NVLink of one node per kind with every channel's chain edges,
@@ -217,13 +257,13 @@ class _Run:
         reduced = Reduced(self.capacity, route_links)  # one route per row of each block
         return Flows(flow_route, np.concatenate(weight), np.concatenate(wire)), reduced, edge_flow, nic, full
 
-    def _reduce(self, active, nbytes, clocks, chains, t0: float, floor: float, t_end: float) -> float:
-        """The stage's reductions (every channel's up edges, channel 0's turned, on each receiver's memory) and
-        the executor's rule for fused ones; returns when the next stage starts."""
+    def _reductions(self, active: np.ndarray, nbytes: np.ndarray) -> np.ndarray | None:
+        """HBM bytes each group rank reduces in the stage: every channel's up edges, channel 0's turned (None:
+        no reductions)."""
         e = self.edges
         up = e.is_up[active]
         if not up.any():
-            return t_end
+            return None
         amount = np.bincount(e.dst[active][up], weights=reduction_bytes(nbytes[up]), minlength=self.coll.n)
         per_local = amount[self.grid]  # (node, local): channel 0's
         total = np.zeros_like(per_local)
@@ -231,7 +271,7 @@ class _Run:
             total += np.roll(per_local, c * self.stride, axis=1)
         per_rank = np.zeros(self.coll.n)
         per_rank[self.grid] = total
-        return self.memory.reductions(per_rank, t0, floor, t_end, clocks, chains)
+        return per_rank
 
 
 # The tree all-reduce's closed form: when it ends, or None where the symmetry does not hold.

@@ -123,6 +123,35 @@ class _Edges:
         self.offsets = unique(self.offset)
 
 
+class Slicing:
+    """`count` elements over m tree instances, pipelined: instance i owns elements [i seg, (i + 1) seg) (the
+    last may fall short), cut into `slices` slices of `per`; bytes[i, j] is what slice j of instance i really
+    holds (padding excluded)."""
+
+    def __init__(self, count: int, m: int, itemsize: int):
+        self.count, self.m = count, m
+        self.seg = seg = -(-count // m)
+        self.slices = slices = choose_slices(seg * itemsize)
+        self.per = per = -(-seg // slices) if seg else 0
+        starts = np.arange(m)[:, None] * seg + np.arange(slices)[None, :] * per
+        ends = np.minimum(np.arange(m)[:, None] * seg + np.minimum((np.arange(slices)[None, :] + 1) * per, seg),
+                          count)
+        self.bytes = (np.clip(ends - starts, 0, None) * itemsize).astype(np.float64)  # (instance, slice)
+
+    def blocks(self, rows: np.ndarray) -> np.ndarray:
+        """rows (n, count) as (n, instance, slice, element) blocks: a view where no padding is needed (reduced in
+        place), else a zero-padded copy."""
+        n, m, seg, slices, per = len(rows), self.m, self.seg, self.slices, self.per
+        if m * seg == self.count and slices * per == seg:
+            return rows.reshape(n, m, slices, per)
+        padded = np.zeros((n, m * seg), dtype=rows.dtype)
+        padded[:, :self.count] = rows
+        work = padded.reshape(n, m, seg)
+        if slices * per != seg:
+            work = np.concatenate([work, np.zeros((n, m, slices * per - seg), dtype=rows.dtype)], axis=2)
+        return work.reshape(n, m, slices, per)
+
+
 def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], count: int, up: bool, down: bool,
                     rows: np.ndarray | None, label: str):
     """Run the tree instances `parents` pipelined; instance i owns the i-th of len(parents) equal segments of
@@ -130,92 +159,92 @@ def pipelined_trees(coll: Collective, buf: Buffers, parents: list[np.ndarray], c
 
     With down, every rank ends with what the roots hold, so the data is not copied stage by stage: the plan
     returns the roots' final values (count elements) for the caller to hand to every rank."""
-    n, m = coll.n, len(parents)
-    seg = -(-count // m)
-    slices = choose_slices(seg * coll.itemsize)
-    per = -(-seg // slices) if seg else 0
-    starts = np.arange(m)[:, None] * seg + np.arange(slices)[None, :] * per
-    ends = np.minimum(np.arange(m)[:, None] * seg + np.minimum((np.arange(slices)[None, :] + 1) * per, seg), count)
-    true_bytes = (np.clip(ends - starts, 0, None) * coll.itemsize).astype(np.float64)  # (instance, slice)
-    work = None
-    if rows is not None and m * seg == count and slices * per == seg:
-        work = rows.reshape(n, m, slices, per)  # no padding needed: reduce in place
-    elif rows is not None:
-        padded = np.zeros((n, m * seg), dtype=rows.dtype)
-        padded[:, :count] = rows
-        work = padded.reshape(n, m, seg)
-        if slices * per != seg:
-            work = np.concatenate([work, np.zeros((n, m, slices * per - seg), dtype=rows.dtype)], axis=2)
-        work = work.reshape(n, m, slices, per)
-    e = _Edges(coll, parents, up, down)
-    stages = (e.depth if up else 0) + (e.depth if down else 0) + slices - 1
-    sizes, size_code = np.unique(true_bytes, return_inverse=True)
-    size_code = size_code.reshape(true_bytes.shape)
-    full_size = true_bytes[0, 0]
-    column_full = (true_bytes == full_size).all(axis=0) & (full_size > 0)  # slice j: full on every instance
-
-    def full(t: int) -> bool:
-        j = t - e.offsets
-        return bool(((j >= 0) & (j < slices)).all() and column_full[j].all())
-
-    def build(t: int, mask: np.ndarray | None, repeat: int = 1) -> Step:
-        """The step of stage t over the edges in mask (None: all, each with a full slice)."""
-        idx = np.arange(len(e.src)) if mask is None else np.flatnonzero(mask)
-        js = t - e.offset[idx]
-        code = size_code[e.inst[idx], js]
-        nb = sizes[code]
-        src, dst = e.src[idx], e.dst[idx]
-        if len(sizes) <= _MAX_SIZE_CODES:
-            # (size, src, dst) keys in ascending order, as a sort would give, by counting over pair ids.
-            npairs = len(e.pair_src)
-            key = code * npairs + e.pair[idx]
-            counts = np.bincount(key, minlength=len(sizes) * npairs)
-            present = np.flatnonzero(counts)
-            position = np.full(len(counts), -1, dtype=np.int64)
-            position[present] = np.arange(len(present))
-            flow = position[key]
-            fs, fd = e.pair_src[present % npairs], e.pair_dst[present % npairs]
-            fb, w = sizes[present // npairs], counts[present].astype(np.float64)
-        else:
-            fs, fd, fb, w, flow = _merge_sorted(src, dst, nb, n)
-        chains = (e.wrow[idx], src, dst, flow, e.rrow[idx])
-        name = f"{label} stage {t + 1}/{stages}" if repeat == 1 else \
-            f"{label} stages {t + 1}-{t + repeat} of {stages}"
-        st = step(fs, fd, fb, label=name, weight=w, chains=chains, repeat=repeat)
-        upi = idx[e.is_up[idx]]
-        if len(upi):
-            st.local_reduce = (e.dst[upi], sizes[size_code[e.inst[upi], t - e.offset[upi]]])
-        return st
-
+    cut = Slicing(count, len(parents), coll.itemsize)
+    work = cut.blocks(rows) if rows is not None else None
+    stages = _Stages(coll, parents, up, down, cut, label)
     t = 0
-    while t < stages:
-        if full(t):
-            run = 1
-            while t + run < stages and full(t + run):
-                run += 1
-            st = build(t, None, run)
-        else:
-            run = 1
-            j = t - e.offset
-            ok = (j >= 0) & (j < slices)
-            ok[ok] = true_bytes[e.inst[ok], j[ok]] > 0
-            if ok.any():
-                st = build(t, ok)
-            else:
-                st = Step(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), label=f"{label} stage {t + 1}")
+    while t < stages.count:
+        st, run = stages.step(t)
         yield st
         if work is not None and up:
             for s in range(t, t + run):
-                _reduce_stage(work, buf, e, s, slices, true_bytes)
+                _reduce_stage(work, buf, stages.edges, s, cut.slices, cut.bytes)
         t += run
     if work is None:
         return None
     if down:
         roots = np.array([int(np.flatnonzero(parent < 0)[0]) for parent in parents])
-        return work[roots, np.arange(m)].reshape(-1)[:count]
+        return work[roots, np.arange(len(parents))].reshape(-1)[:count]
     if work.base is not rows and work is not rows:
-        rows[:] = work.reshape(n, -1)[:, :count]
+        rows[:] = work.reshape(coll.n, -1)[:, :count]
     return None
+
+
+class _Stages:
+    """The pipeline's stages as steps: a run of stages where every edge carries a full slice is one step
+    repeated; the others each a step of their own over the edges that carry data."""
+
+    def __init__(self, coll: Collective, parents: list[np.ndarray], up: bool, down: bool, cut: Slicing,
+                 label: str):
+        self.n, self.cut, self.label = coll.n, cut, label
+        self.edges = e = _Edges(coll, parents, up, down)
+        self.count = (e.depth if up else 0) + (e.depth if down else 0) + cut.slices - 1
+        self.sizes, code = np.unique(cut.bytes, return_inverse=True)
+        self.size_code = code.reshape(cut.bytes.shape)
+        full_size = cut.bytes[0, 0]
+        self.column_full = (cut.bytes == full_size).all(axis=0) & (full_size > 0)  # slice j: full everywhere
+
+    def full(self, t: int) -> bool:
+        """Whether every edge carries a full slice in stage t."""
+        j = t - self.edges.offsets
+        return bool(((j >= 0) & (j < self.cut.slices)).all() and self.column_full[j].all())
+
+    def step(self, t: int) -> tuple[Step, int]:
+        """The step from stage t and how many stages it stands for."""
+        if self.full(t):
+            run = 1
+            while t + run < self.count and self.full(t + run):
+                run += 1
+            return self.build(t, None, run), run
+        e, slices = self.edges, self.cut.slices
+        j = t - e.offset
+        ok = (j >= 0) & (j < slices)
+        ok[ok] = self.cut.bytes[e.inst[ok], j[ok]] > 0
+        if ok.any():
+            return self.build(t, ok), 1
+        return Step(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), label=f"{self.label} stage {t + 1}"), 1
+
+    def build(self, t: int, mask: np.ndarray | None, repeat: int = 1) -> Step:
+        """The step of stage t over the edges in mask (None: all, each with a full slice)."""
+        e, sizes = self.edges, self.sizes
+        idx = np.arange(len(e.src)) if mask is None else np.flatnonzero(mask)
+        code = self.size_code[e.inst[idx], t - e.offset[idx]]
+        src, dst = e.src[idx], e.dst[idx]
+        if len(sizes) <= _MAX_SIZE_CODES:
+            fs, fd, fb, w, flow = self._merge_counted(code, e.pair[idx])
+        else:
+            fs, fd, fb, w, flow = _merge_sorted(src, dst, sizes[code], self.n)
+        chains = (e.wrow[idx], src, dst, flow, e.rrow[idx])
+        name = f"{self.label} stage {t + 1}/{self.count}" if repeat == 1 else \
+            f"{self.label} stages {t + 1}-{t + repeat} of {self.count}"
+        st = step(fs, fd, fb, label=name, weight=w, chains=chains, repeat=repeat)
+        upi = idx[e.is_up[idx]]
+        if len(upi):
+            st.local_reduce = (e.dst[upi], sizes[self.size_code[e.inst[upi], t - e.offset[upi]]])
+        return st
+
+    def _merge_counted(self, code: np.ndarray, pair: np.ndarray):
+        """Identical flows as one weighted flow: (size, src, dst) keys in ascending order, as a sort would give,
+        by counting over pair ids."""
+        e = self.edges
+        npairs = len(e.pair_src)
+        key = code * npairs + pair
+        counts = np.bincount(key, minlength=len(self.sizes) * npairs)
+        present = np.flatnonzero(counts)
+        position = np.full(len(counts), -1, dtype=np.int64)
+        position[present] = np.arange(len(present))
+        return (e.pair_src[present % npairs], e.pair_dst[present % npairs], self.sizes[present // npairs],
+                counts[present].astype(np.float64), position[key])
 
 
 def _reduce_stage(work: np.ndarray, buf: Buffers, e: _Edges, t: int, slices: int, true_bytes: np.ndarray) -> None:

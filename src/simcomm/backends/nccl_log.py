@@ -155,86 +155,106 @@ def _row(tokens: list[str], columns: list[str]) -> Row | None:
 
 def parse_text(text: str, source: str = "log") -> list[Table]:
     """Every table in an nccl-tests text log (raises LogError if there is none)."""
-    tables: list[Table] = []
-    meta: dict = {}
-    collective: str | None = None
-    title = ""
-    devices = 0
-    columns: list[str] | None = None
-    current: Table | None = None
+    reader = _LogReader(source)
     for number, raw in enumerate(text.splitlines(), 1):
-        line = _strip(raw)
-        stripped = line.strip()
-        if not stripped:
-            continue
+        stripped = _strip(raw).strip()
         if stripped.startswith("#"):
-            body = stripped.lstrip("#").strip()
-            tokens = body.split()
-            names = _header(tokens)
-            if names is not None:
-                columns = names
-                current = Table(collective=collective, title=title, ranks=devices or None,
-                                meta=dict(meta, source=f"{source}:{number}"))
-                tables.append(current)
-                title = ""
-                continue
-            if tokens[:1] == ["(B)"] or body.startswith("out-of-place") or not body:
-                continue
-            m = _VERSION_RE.search(body)
-            if m:
-                meta["nccl_tests_version"] = m.group(1)
-            m = _NCCL_RE.search(body)
-            if m:
-                meta["nccl_version"] = m.group(1)
-            if body.startswith("Collective test starting:"):
-                collective = canonical_collective(body.split(":", 1)[1]) or collective
-                devices = 0
-                continue
-            if body.startswith("Collective test concluded"):
-                continue
-            if body.startswith("nThread"):
-                meta["parameters"] = body
-                continue
-            if re.match(r"Rank\s+\d+\s+Group", body):
-                devices += 1
-                continue
-            if body.startswith("Out of bounds values"):
-                if current is not None:
-                    current.meta["out_of_bounds"] = body.split(":", 1)[1].strip()
-                continue
-            if body.startswith("Avg bus bandwidth"):
-                if current is not None:
-                    current.meta["avg_busbw"] = _number(body.split(":", 1)[1].split()[0])
-                continue
-            m = _NAME_RE.search(body.lower())
-            if m and not body.startswith("Using"):
-                # a title ("# all_reduce, forced Ring"): names the table it precedes; after rows, it starts a new
-                # table under the same column header
-                title = body
-                collective = canonical_collective(m.group(1)) or collective
-                if current is not None and columns is not None:
-                    if current.rows:
-                        current = Table(collective=collective, title=title, ranks=current.ranks,
-                                        meta=dict(meta, source=f"{source}:{number}"))
-                        tables.append(current)
-                    else:
-                        current.collective, current.title = collective, title
-                    title = ""
-            continue
-        m = _NAME_RE.search(stripped.lower())
-        if m and "_perf" in stripped and columns is None:  # an echoed command line: all_gather_perf -b 8 ...
-            collective = canonical_collective(m.group(1))
-            continue
-        if columns is None or current is None:
-            continue
-        row = _row(stripped.split(), columns)
-        if row is not None:
-            current.rows.append(row)
-    tables = [t for t in tables if t.rows]
+            reader.comment(stripped.lstrip("#").strip(), number)
+        elif stripped:
+            reader.data(stripped)
+    tables = [t for t in reader.tables if t.rows]
     if not tables:
         raise LogError(f"{source}: no nccl-tests table found (expected a '#  size  count  type ...' header "
                        f"followed by rows)")
     return tables
+
+
+class _LogReader:
+    """The state of reading one log line by line: the tables so far, the one rows go to, and what the comment
+    lines said of the next (collective, title, device count, versions)."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.tables: list[Table] = []
+        self.meta: dict = {}
+        self.collective: str | None = None
+        self.title = ""
+        self.devices = 0
+        self.columns: list[str] | None = None
+        self.current: Table | None = None
+
+    def _new_table(self, number: int, ranks: int | None) -> None:
+        self.current = Table(collective=self.collective, title=self.title, ranks=ranks,
+                             meta=dict(self.meta, source=f"{self.source}:{number}"))
+        self.tables.append(self.current)
+        self.title = ""
+
+    def comment(self, body: str, number: int) -> None:
+        """A '#' line: a column header, a run's metadata, a title, or a summary of the table above."""
+        tokens = body.split()
+        names = _header(tokens)
+        if names is not None:
+            self.columns = names
+            self._new_table(number, self.devices or None)
+            return
+        if tokens[:1] == ["(B)"] or body.startswith("out-of-place") or not body:
+            return
+        self._versions(body)
+        if not self._setting(body):
+            self._title(body, number)
+
+    def _versions(self, body: str) -> None:
+        for key, pattern in (("nccl_tests_version", _VERSION_RE), ("nccl_version", _NCCL_RE)):
+            m = pattern.search(body)
+            if m:
+                self.meta[key] = m.group(1)
+
+    def _setting(self, body: str) -> bool:
+        """Read a line of the run's settings or the table's summary; False if the line is none of those."""
+        if body.startswith("Collective test starting:"):
+            self.collective = canonical_collective(body.split(":", 1)[1]) or self.collective
+            self.devices = 0
+        elif body.startswith("nThread"):
+            self.meta["parameters"] = body
+        elif re.match(r"Rank\s+\d+\s+Group", body):
+            self.devices += 1
+        elif body.startswith("Out of bounds values"):
+            if self.current is not None:
+                self.current.meta["out_of_bounds"] = body.split(":", 1)[1].strip()
+        elif body.startswith("Avg bus bandwidth"):
+            if self.current is not None:
+                self.current.meta["avg_busbw"] = _number(body.split(":", 1)[1].split()[0])
+        else:
+            return body.startswith("Collective test concluded")
+        return True
+
+    def _title(self, body: str, number: int) -> None:
+        """A title ("# all_reduce, forced Ring") names the table it precedes; after rows, it starts a new table
+        under the same column header."""
+        m = _NAME_RE.search(body.lower())
+        if not m or body.startswith("Using"):
+            return
+        self.title = body
+        self.collective = canonical_collective(m.group(1)) or self.collective
+        if self.current is None or self.columns is None:
+            return
+        if self.current.rows:
+            self._new_table(number, self.current.ranks)
+        else:
+            self.current.collective, self.current.title = self.collective, self.title
+            self.title = ""
+
+    def data(self, stripped: str) -> None:
+        """A line without '#': an echoed command line (all_gather_perf -b 8 ...) or a row of the table."""
+        m = _NAME_RE.search(stripped.lower())
+        if m and "_perf" in stripped and self.columns is None:
+            self.collective = canonical_collective(m.group(1))
+            return
+        if self.columns is None or self.current is None:
+            return
+        row = _row(stripped.split(), self.columns)
+        if row is not None:
+            self.current.rows.append(row)
 
 
 def _float(value) -> float:

@@ -104,66 +104,12 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
     if len(acts) > max_events:  # keep collectives and spans, drop per-flow detail
         keep = [a for a in acts if a.kind != "send"]
         dropped, acts = len(acts) - len(keep), keep
-    # (pid, track) -> [(start_ns, end_ns, event dict, flow id or None, is_recv)]
-    tracks: dict[tuple[int, str], list] = {}
-    stage_of: dict[int, int] = {}  # rank -> pipeline stage, when the records say
-    instants, flow_id = [], 0
+    found = _Tracks(cluster, gloo)
     for a in acts:
-        s, e = _ns(a.start), _ns(a.end)
-        if a.kind == "collective":
-            info = collective_info(a.tags)
-            name = (f"gloo:{info['kind']}" if gloo else kernel_name(info)) if info else a.label
-            args = _collective_args(a, info) if info else {"bytes": a.nbytes}
-        else:
-            name, args = a.label or a.kind, {"bytes": a.nbytes}
-            if a.tags:  # stage, microbatch, layer, phase, ... of a training step's blocks
-                args = {("flops" if a.kind == "compute" else "bytes"): a.nbytes,
-                        **{k: v for k, v in a.tags.items() if isinstance(v, (int, float, str, bool))}}
-        if e <= s and a.kind not in _TRACKS:
-            instants.append({"name": name, "cat": a.kind, "ph": "i", "s": "t", "pid": a.rank, "tid": 0,
-                             "ts": _us(s), "args": {"peer": a.peer} if a.peer >= 0 else {}})
-            continue
-        fid = None
-        if a.kind == "send" and 0 <= a.peer != a.rank:
-            flow_id += 1
-            fid = flow_id
-            args = {**args, "peer": a.peer, "links": [cluster.link_name(j) for j in a.links]}
-            ev = {"name": f"recv from {a.rank}", "cat": "transfer", "ph": "X", "args": {"bytes": a.nbytes,
-                                                                                          "peer": a.rank}}
-            tracks.setdefault((a.peer, "recv"), []).append((s, e, ev, fid))
-        cat = "cpu_op" if gloo and a.kind == "collective" else _CAT.get(a.kind, a.kind)
-        ev = {"name": name, "cat": cat, "ph": "X", "args": args}
-        tracks.setdefault((a.rank, _track(a)), []).append((s, e, ev, fid))
-        if "stage" in a.tags and a.rank not in stage_of:
-            stage_of[a.rank] = a.tags["stage"]
-
-    out, names = [], {}
-    flows: dict[int, list] = {fid: [None, None] for fid in range(1, flow_id + 1)}
-    kinds = list(_TRACKS) + sorted({k for _, k in tracks if k not in _TRACKS}, key=_stream_order)
-    next_tid: dict[int, int] = {}
-    for (pid, kind) in sorted(tracks, key=lambda t: (t[0], kinds.index(t[1]))):
-        items = tracks[(pid, kind)]
-        lanes = _lanes(items)
-        base = next_tid.get(pid, 1)
-        for (s, e, ev, fid), lane in zip(items, lanes):
-            tid = base + lane
-            out.append({**ev, "pid": pid, "tid": tid, "ts": _us(s), "dur": _us(e - s)})
-            if fid is not None:
-                flows[fid][kind == "recv"] = _flow_end(fid, pid, tid, s, e, kind == "recv")
-        label = tracks_named.get(kind) or _stream_name(kind)
-        for lane in range(max(lanes) + 1):
-            names[(pid, base + lane)] = label if lane == 0 else f"{label} #{lane + 1}"
-        next_tid[pid] = base + max(lanes) + 1
-    meta = []
-    for pid in sorted({p for p, _ in tracks} | {i["pid"] for i in instants}):
-        meta += [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-                  "args": {"name": f"rank {pid} ({cluster.rank_name(pid)})"
-                                   + (f" pipeline stage {stage_of[pid]}" if pid in stage_of else "")}},
-                 {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
-    for (pid, tid), label in sorted(names.items()):
-        meta += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}},
-                 {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
+        found.add(a)
+    out, names, arrows = found.events(tracks_named)
     counters = _link_counters(link_loads, cluster)
+    meta = _process_names(found, cluster) + _thread_names(names)
     if counters:
         meta += [{"name": "process_name", "ph": "M", "pid": LINKS_PID, "tid": 0, "args": {"name": "links (GB/s)"}},
                  {"name": "process_sort_index", "ph": "M", "pid": LINKS_PID, "tid": 0,
@@ -171,9 +117,94 @@ def chrome_trace(activities, cluster, *, title: str = "simcomm", max_events: int
     other = {"generator": "simcomm", "title": title, "cluster": cluster.name, "ranks": cluster.num_ranks}
     if dropped:
         other["dropped_transfers"] = dropped
-    # Each arrow's start precedes its end in the file: the legacy viewer drops an end it meets first.
-    arrows = [ev for pair in flows.values() for ev in pair if ev is not None]
-    return {"traceEvents": meta + out + arrows + instants + counters, "displayTimeUnit": "ns", "otherData": other}
+    return {"traceEvents": meta + out + arrows + found.instants + counters, "displayTimeUnit": "ns",
+            "otherData": other}
+
+
+class _Tracks:
+    """Activities sorted onto (pid, track kind) tracks, with the instants, the send -> recv arrows and each rank's
+    pipeline stage where the records say."""
+
+    def __init__(self, cluster, gloo: bool):
+        self.cluster, self.gloo = cluster, gloo
+        self.tracks: dict[tuple[int, str], list] = {}  # (pid, track) -> [(start_ns, end_ns, event, flow id)]
+        self.stage_of: dict[int, int] = {}
+        self.instants: list[dict] = []
+        self.flow_id = 0
+
+    def _name_and_args(self, a) -> tuple[str, dict]:
+        if a.kind == "collective":
+            info = collective_info(a.tags)
+            name = (f"gloo:{info['kind']}" if self.gloo else kernel_name(info)) if info else a.label
+            return name, (_collective_args(a, info) if info else {"bytes": a.nbytes})
+        args = {"bytes": a.nbytes}
+        if a.tags:  # stage, microbatch, layer, phase, ... of a training step's blocks
+            args = {("flops" if a.kind == "compute" else "bytes"): a.nbytes,
+                    **{k: v for k, v in a.tags.items() if isinstance(v, (int, float, str, bool))}}
+        return a.label or a.kind, args
+
+    def add(self, a) -> None:
+        s, e = _ns(a.start), _ns(a.end)
+        name, args = self._name_and_args(a)
+        if e <= s and a.kind not in _TRACKS:
+            self.instants.append({"name": name, "cat": a.kind, "ph": "i", "s": "t", "pid": a.rank, "tid": 0,
+                                  "ts": _us(s), "args": {"peer": a.peer} if a.peer >= 0 else {}})
+            return
+        fid = None
+        if a.kind == "send" and 0 <= a.peer != a.rank:
+            self.flow_id += 1
+            fid = self.flow_id
+            args = {**args, "peer": a.peer, "links": [self.cluster.link_name(j) for j in a.links]}
+            ev = {"name": f"recv from {a.rank}", "cat": "transfer", "ph": "X", "args": {"bytes": a.nbytes,
+                                                                                          "peer": a.rank}}
+            self.tracks.setdefault((a.peer, "recv"), []).append((s, e, ev, fid))
+        cat = "cpu_op" if self.gloo and a.kind == "collective" else _CAT.get(a.kind, a.kind)
+        ev = {"name": name, "cat": cat, "ph": "X", "args": args}
+        self.tracks.setdefault((a.rank, _track(a)), []).append((s, e, ev, fid))
+        if "stage" in a.tags and a.rank not in self.stage_of:
+            self.stage_of[a.rank] = a.tags["stage"]
+
+    def events(self, tracks_named: dict) -> tuple[list, dict, list]:
+        """The complete events with their thread ids (overlapping spans on lanes of their own), each thread's
+        name, and the flow arrows."""
+        out, names = [], {}
+        flows: dict[int, list] = {fid: [None, None] for fid in range(1, self.flow_id + 1)}
+        kinds = list(_TRACKS) + sorted({k for _, k in self.tracks if k not in _TRACKS}, key=_stream_order)
+        next_tid: dict[int, int] = {}
+        for (pid, kind) in sorted(self.tracks, key=lambda t: (t[0], kinds.index(t[1]))):
+            items = self.tracks[(pid, kind)]
+            lanes = _lanes(items)
+            base = next_tid.get(pid, 1)
+            for (s, e, ev, fid), lane in zip(items, lanes):
+                tid = base + lane
+                out.append({**ev, "pid": pid, "tid": tid, "ts": _us(s), "dur": _us(e - s)})
+                if fid is not None:
+                    flows[fid][kind == "recv"] = _flow_end(fid, pid, tid, s, e, kind == "recv")
+            label = tracks_named.get(kind) or _stream_name(kind)
+            for lane in range(max(lanes) + 1):
+                names[(pid, base + lane)] = label if lane == 0 else f"{label} #{lane + 1}"
+            next_tid[pid] = base + max(lanes) + 1
+        # Each arrow's start precedes its end in the file: the legacy viewer drops an end it meets first.
+        arrows = [ev for pair in flows.values() for ev in pair if ev is not None]
+        return out, names, arrows
+
+
+def _process_names(found: _Tracks, cluster) -> list[dict]:
+    meta = []
+    for pid in sorted({p for p, _ in found.tracks} | {i["pid"] for i in found.instants}):
+        stage = f" pipeline stage {found.stage_of[pid]}" if pid in found.stage_of else ""
+        meta += [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                  "args": {"name": f"rank {pid} ({cluster.rank_name(pid)})" + stage}},
+                 {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+    return meta
+
+
+def _thread_names(names: dict) -> list[dict]:
+    meta = []
+    for (pid, tid), label in sorted(names.items()):
+        meta += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}},
+                 {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
+    return meta
 
 
 _STREAMS = ("compute", "tp", "cp", "pp", "dp", "mp")  # a training step's streams, in the order they are drawn
