@@ -63,16 +63,18 @@ class _DryRun:
 
 
 def interference_bound(layout, passes: dict, cluster, alone: dict) -> float:
-    """max over pipeline ranks of P + I0 + _extra(U - I0) (module docstring), without the optimizer; 0 when
-    compute and communication do not share the GPUs, or communication costs nothing. `alone`: a cache of
-    collectives' (time, channels) alone on `cluster`, kept by the caller across layouts."""
+    """max over the first and last pipeline rank of P + I0 + _extra(U - I0) (module docstring), without the
+    optimizer; 0 when compute and communication do not share the GPUs, or communication costs nothing. `alone`: a
+    cache of collectives' (time, channels) alone on `cluster`, kept by the caller across layouts."""
     dev, cfg = cluster.device, layout.config
     if not (cluster.template.tuning.interference and dev.sms > 0) or cfg.ideal_network:
         return 0.0
     run, ran = _dry_run(layout, passes)
     issued = run.issued
     out = 0.0
-    for r in range(layout.dims.pp):
+    # any ranks give a bound; these two most often the highest (the first waits for nothing; the last runs the
+    # loss), and timing each rank's collectives alone costs most at scale (pp groups of up to thousands of GPUs)
+    for r in sorted({0, layout.dims.pp - 1}):
         stream = [(t * n, ch) for (kind, group, size, dtype), n in issued[r].items()
                   for t, ch in [_alone(cluster, alone, kind, run.groups[group], size, dtype)]]
         if not stream:

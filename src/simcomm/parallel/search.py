@@ -21,10 +21,11 @@ Passes, all deterministic (the result does not depend on the number of workers):
    optimizer. Arithmetic only: no simulation.
 3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its schedule bound,
    the schedule's makespan (schedules.timeline) of its real passes (layer templates timed on the simulated cluster,
-   their TP and CP communication included) with free pipeline transfers, or where longer each rank's passes slowed
-   by the least the data-parallel communication beside them can slow them (interference_bound.py), plus the
-   optimizer; a layout with a schedule bound is simulated in full (StepModel). Each bound is below the next (a pass takes at least its
-   kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
+   their TP and CP communication included) with free pipeline transfers, plus the optimizer; a layout with a
+   schedule bound gets its interference bound where that is higher, each rank's passes slowed by the least the
+   data-parallel communication beside them can slow them (interference_bound.py), plus the optimizer; a layout
+   with an interference bound is simulated in full (StepModel). Each bound is below the next (a pass takes at
+   least its kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
    stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated
    step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
 4. on request, the scenario's own layout (the base config as given) evaluated and ranked among them, and the best
@@ -309,16 +310,27 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
 
 
 def bound(c: Candidate) -> dict:
-    """The schedule bound of one candidate that fits: the makespan of its real passes, or the passes slowed by the
-    data-parallel communication beside them (interference_bound.py) where that is longer, plus the optimizer."""
-    layout = _layout(c)
-    sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
-    passes = sim.build_passes()
+    """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
+    layout, sim, passes, optimizer = _passes(c)
     flat = [list(computations(acts)) for acts in layout.schedule]  # an overlapped pair: F, then B (timing.py)
     times = timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, placement=layout.placement)
+    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
+
+
+def slowed_bound(c: Candidate) -> dict:
+    """The interference bound of a candidate that fits: its passes slowed by the least the data-parallel
+    communication beside them can slow them (interference_bound.py), plus the optimizer (the search keeps the
+    schedule bound where that is higher)."""
+    layout, sim, passes, optimizer = _passes(c)
+    return {"bound": interference_bound(layout, passes, _STATE["cluster"], _STATE["collectives"]) + optimizer,
+            "bound_kind": "interference"}
+
+
+def _passes(c: Candidate):
+    layout = _layout(c)
+    sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    slowed = interference_bound(layout, passes, _STATE["cluster"], _STATE["collectives"])
-    return {"bound": max(makespan(times), slowed) + optimizer, "bound_kind": "schedule"}
+    return layout, sim, sim.build_passes(), optimizer
 
 
 def simulate(c: Candidate | TrainingConfig) -> dict:
@@ -376,7 +388,7 @@ class PlanResult:
     @property
     def schedule_bounds(self) -> int:
         """Layouts whose schedule bound was computed (the others that fit have a compute bound)."""
-        return sum(r.get("bound_kind") == "schedule" for r in self.rows)
+        return sum(r.get("bound_kind") in ("schedule", "interference") for r in self.rows)
 
 
 def _map(pool, fn, items, progress, done, total):
@@ -466,10 +478,14 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
     return PlanResult(rows, len(cands), simulated, proven, own=mine)
 
 
+REFINE = {"compute": bound, "schedule": slowed_bound}  # each grade of lower bound, refined to the next
+
+
 def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int) -> tuple[int, bool]:
     """Simulate layouts best first over their lower bounds, `run(fn, indices)` doing the work: a compute bound is
-    refined to a schedule bound, a schedule bound simulated, until the best simulated step is below every bound
-    left (proven) or `max_simulate` ran. Returns (layouts simulated, proven)."""
+    refined to a schedule bound, a schedule bound to an interference bound, an interference bound simulated,
+    until the best simulated step is below every bound left (proven) or `max_simulate` ran. Returns (layouts
+    simulated, proven)."""
     heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
     heapq.heapify(heap)
     simulated = 0
@@ -479,14 +495,15 @@ def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int
             break
         want = SIMULATE_BATCH if simulated >= simulate_at_least else simulate_at_least - simulated
         want = min(want, max_simulate - simulated)
-        # the lowest bounds: refine the compute bounds among them until the lowest `want` are schedule bounds
+        # the lowest bounds: refine the loosest grade among them until the lowest `want` are interference bounds
         top = [t for t in heapq.nsmallest(want, heap) if simulated < simulate_at_least or t[0] < best]
-        if any(rows[i]["bound_kind"] == "compute" for _b, i in top):
-            batch = [i for _b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap)
-                     if rows[i]["bound_kind"] == "compute"]
+        kind = next((k for k in REFINE if any(rows[i]["bound_kind"] == k for _b, i in top)), None)
+        if kind is not None:
+            batch = [i for _b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap) if rows[i]["bound_kind"] == kind]
             drop = set(batch)
             heap = [(b, i) for b, i in heap if i not in drop]
-            for i, res in run(bound, batch):
+            for i, res in run(REFINE[kind], batch):
+                res["bound"] = max(res["bound"], rows[i]["bound"])  # each grade a lower bound: the highest holds
                 rows[i].update(res)
                 heap.append((res["bound"], i))
             heapq.heapify(heap)
