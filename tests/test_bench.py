@@ -108,11 +108,13 @@ def test_the_peer_programs_and_platform(tmp_path):
     assert hosts.read_text().split() == ["h0", "h1", "h2", "h3"]
     row = smpi._measure([sys.executable, str(folder / "allreduce.py"), "4", "1000"], tmp_path, 300)
     assert row["ok"] and row["result"] == 6.0 and row["simulated_seconds"] > 0 and row["peak_mb"] > 20
+    floor = smpi._measure([sys.executable, str(folder / "floor.py"), "4", "1000", "2"], tmp_path, 300)
+    assert floor["ok"] and floor["result"] == 6.0 and floor["simulated_seconds"] is None
     if shutil.which("smpirun") and shutil.which("smpicc"):
         rows = smpi.compare((2, 4), repeats=1, count=1000)
         for r in rows:
-            assert r["simcomm_result"] == r["smpi_result"] == r["ranks"] * (r["ranks"] - 1) / 2
-            assert r["wall_ratio"] > 0 and r["memory_ratio"] > 0
+            assert r["simcomm_result"] == r["smpi_result"] == r["floor_result"] == r["ranks"] * (r["ranks"] - 1) / 2
+            assert r["wall_ratio"] > 0 and r["memory_ratio"] > 0 and r["floor_wall_ratio"] > 0
 
 
 def test_a_failed_process_says_why_in_one_line():

@@ -30,7 +30,7 @@ from .algorithms import ALGORITHMS, PROTOCOLS, Buffers, Collective, ReduceOp, ru
 from .algorithms.channels import p2p_channels
 from .algorithms.reduce_ops import as_reduce_op, check_op
 from .algorithms.run import choice_for
-from .engine import NO_TAGS, SPREAD_MIX, Mix, Simulation
+from .engine import NO_TAGS, SPREAD_MIX, Mix, Simulation, when_all
 from .engine.compute import holding
 from .errors import SimcommError
 from .errors import shown as _shown
@@ -123,6 +123,15 @@ def _check_amount(name: str, value, ranks: int | None = None, limit: float = mat
         bound = "" if limit == math.inf else f" and at most {limit:.0f}"
         raise SimcommError(f"{name} must be finite and non-negative{bound}, got {_shown(value)}")
     return arr
+
+
+def _within(group: np.ndarray, n: int) -> bool:
+    """Whether every rank of a (non-empty) group is in 0..n-1: a short group's bounds from a list (two numpy
+    reductions cost more)."""
+    if len(group) <= 64:
+        ranks = group.tolist()
+        return min(ranks) >= 0 and max(ranks) < n
+    return bool(group.min() >= 0 and group.max() < n)
 
 
 def _tags(what: str, tags) -> Mapping:
@@ -268,15 +277,18 @@ class Session:
         """`ranks` as global ranks, each in 0..num_ranks-1 (and distinct if asked); a SimcommError naming `what`
         and the offending rank otherwise."""
         n = self.cluster.num_ranks
-        try:
-            raw = np.atleast_1d(np.asarray(list(ranks) if not isinstance(ranks, np.ndarray) and isinstance(
-                ranks, Iterable) else ranks))
-        except ValueError:  # a ragged list
-            raw = None
-        if raw is None or (raw.size and (raw.ndim != 1 or raw.dtype.kind not in "iu")):
-            raise SimcommError(f"{what}: expected global ranks (whole numbers 0..{n - 1}), got {ranks!r}")
-        group = raw.astype(np.int64, copy=False)
-        if group.size and (group.min() < 0 or group.max() >= n):
+        if type(ranks) is np.ndarray and ranks.dtype == np.int64 and ranks.ndim == 1:  # as schedules pass them
+            group = ranks
+        else:
+            try:
+                raw = np.atleast_1d(np.asarray(list(ranks) if not isinstance(ranks, np.ndarray) and isinstance(
+                    ranks, Iterable) else ranks))
+            except ValueError:  # a ragged list
+                raw = None
+            if raw is None or (raw.size and (raw.ndim != 1 or raw.dtype.kind not in "iu")):
+                raise SimcommError(f"{what}: expected global ranks (whole numbers 0..{n - 1}), got {ranks!r}")
+            group = raw.astype(np.int64, copy=False)
+        if group.size and not _within(group, n):
             bad = int(group[(group < 0) | (group >= n)][0])
             raise SimcommError(f"{what}: rank {bad} is out of range; {self.cluster.name} has ranks 0..{n - 1}")
         if distinct and len(unique(group)) != len(group):
@@ -323,11 +335,7 @@ class Session:
         if not deps:
             body(op)
             return op
-
-        def waiter():
-            yield self.env.all_of(deps)
-            body(op)
-        self.env.process(waiter())
+        when_all(self.env, deps, lambda: body(op))
         return op
 
     def collective(self, kind: str, ranks, size=None, *, count: int | None = None, data=None,
@@ -419,8 +427,7 @@ class Session:
             def done(_e):
                 if release is not None:
                     release()
-                for s, d, b, f in zip(src.tolist(), dst.tolist(), tr.nbytes.tolist(), tr.finish.tolist()):
-                    self.sim.recorder.op(s, "p2p", o.start, f, b, label or f"send {s}->{d}", d, o.tags)
+                self.sim.recorder.sends(src.copy(), dst.copy(), o.start, tr.finish.copy(), tr.nbytes, label, o.tags)
                 o._finish(tr)
             tr.done.callbacks.append(done)
         return self._start(result, after, body)
@@ -470,9 +477,12 @@ class Session:
         rate = self.sim.compute.rate if rate is None else float(_check_amount("compute rate", rate, ranks=0))
         if not rate > 0:
             raise SimcommError(f"compute rate must be positive, got {rate!r}")
-        with np.errstate(over="ignore"):
-            ends = flops / rate + seconds + self.now
-        if not np.isfinite(ends).all():
+        if flops.ndim == seconds.ndim == 0:  # scalars: Python floats overflow to inf without a warning
+            finite = math.isfinite(float(flops) / rate + float(seconds) + self.now)
+        else:
+            with np.errstate(over="ignore"):
+                finite = np.isfinite(flops / rate + seconds + self.now).all()
+        if not finite:
             raise SimcommError(f"compute: flops={_shown(flops.tolist())} at {rate:g} flop/s plus "
                                f"seconds={_shown(seconds.tolist())} would end at a time that is not finite")
         mix = _as_mix(kernels)

@@ -235,3 +235,44 @@ def test_size_only_counts_elements_and_says_how_to_give_a_size_in_bytes():
     with pytest.raises(DistError, match=r"counts elements \(whole numbers >= 0\), got \(4, -1\)$"):
         simcomm.size_only(4, -1)
 
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "broadcast"])
+def test_results_copied_in_threads_land_in_every_rank_whatever_its_strides(kind, monkeypatch):
+    """write_all spreads large copies over threads (here: every copy, 3 threads); each rank's tensor (a strided
+    view, a torch tensor) gets exactly its result."""
+    from simcomm import arrays
+    monkeypatch.setattr(arrays, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(simcomm.distributed.tensors, "PARALLEL_BYTES", 0)
+    monkeypatch.setenv("SIMCOMM_THREADS", "3")
+
+    def program(rank):
+        base = np.zeros((100, 2), dtype=np.float32)
+        x = base[:, 1] if rank % 2 else torch.zeros(100)
+        (x if rank % 2 else x.numpy())[:] = np.arange(100) + rank
+        if kind == "all_reduce":
+            dist.all_reduce(x)
+        else:
+            dist.broadcast(x, src=2)
+        return np.asarray(x).copy(), base[:, 0].copy()
+    for got, untouched in simcomm.spawn(program, nprocs=7, cluster="cpu-host").results:
+        assert not untouched.any()
+        want = 7 * np.arange(100) + 21 if kind == "all_reduce" else np.arange(100) + 2
+        assert np.array_equal(got, want)
+
+
+def test_results_for_tensors_that_share_memory_are_written_in_rank_order(monkeypatch):
+    """Ranks that pass views of one array (one process here) get their copies one after another, in rank order, as
+    without threads: the last rank's result is what stays."""
+    from simcomm import arrays
+    from simcomm.distributed.tensors import _arg, write_all
+    monkeypatch.setattr(arrays, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(simcomm.distributed.tensors, "PARALLEL_BYTES", 0)
+    monkeypatch.setenv("SIMCOMM_THREADS", "4")
+    shared = np.zeros(1000, dtype=np.int64)
+    views = [shared[i * 100:i * 100 + 500] for i in range(6)]  # overlapping
+    write_all([(_arg(v), np.full(500, i)) for i, v in enumerate(views)])
+    expect = np.zeros(1000, dtype=np.int64)
+    for i in range(6):
+        expect[i * 100:i * 100 + 500] = i
+    assert np.array_equal(shared, expect)

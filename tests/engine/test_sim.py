@@ -26,3 +26,57 @@ def test_the_engine_checks_the_time_an_event_would_reach_not_only_its_delay():
     with pytest.raises(SimcommError, match="= inf s"):
         sim.at(float("inf"))
     assert sim.env.peek() == float("inf") and sim.env.scheduled == 1  # nothing was queued
+
+
+def _order(wait) -> list:
+    """What happens at t=1, in order, when two waiters (registered by `wait`) wait on events that fire then, beside
+    processes that do their own work at the same instant."""
+    import simpy
+    env, log = simpy.Environment(), []
+    first, second = env.event(), env.event()
+
+    def source():
+        yield env.timeout(1)
+        first.succeed()
+        second.succeed()
+
+    def bystander(name):
+        yield env.timeout(1)
+        log.append(name)
+        yield env.timeout(0)
+        log.append(name + " again")
+    env.process(bystander("early"))
+    env.process(source())
+    wait(env, [first], lambda: log.append("after first"))
+    wait(env, [first, second], lambda: log.append("after both"))
+    env.process(bystander("late"))
+    env.run()
+    return log
+
+
+def test_when_all_runs_its_callback_where_a_waiting_process_would_in_the_event_order():
+    """when_all replaced a process per waiting send (yield all_of, then call): the same order at an instant keeps
+    every simulated number the same."""
+    from simcomm.engine import when_all
+
+    def with_a_process(env, events, then):
+        def waiter():
+            yield env.all_of(events)
+            then()
+        env.process(waiter())
+    expected = _order(with_a_process)
+    assert _order(when_all) == expected
+    assert expected.index("after first") < expected.index("after both")
+
+
+def test_when_all_raises_what_the_event_it_waits_for_failed_with():
+    import simpy
+    from simcomm.engine import when_all
+    for count in (1, 2):
+        env, called = simpy.Environment(), []
+        events = [env.event() for _ in range(count)]
+        when_all(env, events, lambda: called.append(True))
+        events[0].fail(ValueError("the receive failed"))
+        with pytest.raises(ValueError, match="the receive failed"):
+            env.run()
+        assert not called

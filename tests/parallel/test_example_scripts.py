@@ -33,3 +33,14 @@ def test_moe_imbalance_script_prints_the_table_in_the_docs():
     docs = (SCRIPTS.parents[1] / "docs" / "training.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(rows) == 5 and all(row in docs for row in rows)
+
+
+def test_deepseek_v3_ablations_script_prints_the_table_in_the_docs():
+    """Each overlap mechanism on and off (about 20 s): the rows docs/training.md shows, the scenario's among them,
+    every mechanism making the step shorter."""
+    text = run("deepseek_v3_ablations.py", "--markdown")
+    docs = (SCRIPTS.parents[1] / "docs" / "training.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert len(rows) == 9 and all(row in docs for row in rows)
+    steps = [float(row.split("|")[2]) for row in rows[2:]]
+    assert all(b <= a for a, b in zip(steps, steps[1:]))

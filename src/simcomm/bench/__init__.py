@@ -39,7 +39,9 @@ with other work stretches far less than the wall time.
 
 `simcomm bench smpi` compares with a peer: the same 4 MiB all-reduce program on SimGrid's SMPI (where smpirun and
 smpicc are installed) and as a simcomm rank program, at 8, 64, 256, 1,024 and 4,096 ranks, run interleaved; it
-prints both wall times, both memory peaks and their ratios (bench/smpi.py; the programs are in benchmarks/smpi/).
+prints both wall times, both memory peaks and their ratios, and beside them the program's floor: its numpy work
+with nothing simulated, the least any simulator of it could take here (bench/smpi.py; the programs are in
+benchmarks/smpi/).
 Targets (issue 22): simcomm within 0.25x SMPI's wall at 1,024 ranks and 0.5x at 4,096, with no more memory.
 """
 from __future__ import annotations
@@ -197,8 +199,9 @@ STEP_CASES = {
         pipeline_model_parallel_size=4, expert_model_parallel_size=8, moe_grouped_gemm=True, micro_batch_size=1,
         global_batch_size=256, use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)),
     "step-deepseek-v3-2048": ("hgx-h800", 256, "deepseek-v3", dict(
-        pipeline_model_parallel_size=16, decoder_first_pipeline_num_layers=1, expert_model_parallel_size=64,
-        moe_grouped_gemm=True, fp8_format="e4m3", recompute_granularity="full", micro_batch_size=1,
+        pipeline_model_parallel_size=16, pipeline_schedule="dualpipe", decoder_first_pipeline_num_layers=1,
+        expert_model_parallel_size=64, moe_grouped_gemm=True, moe_token_dispatcher_type="flex", moe_dispatch_fp8=True,
+        moe_shared_expert_overlap=True, fp8_format="e4m3", recompute_granularity="full", micro_batch_size=1,
         global_batch_size=15360, use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)),
     "plan-llama3-70b-1024": ("hgx-h100", 128, "llama3-70b", dict(
         tensor_model_parallel_size=8, pipeline_model_parallel_size=4, num_layers_per_virtual_pipeline_stage=4,
@@ -364,7 +367,8 @@ def _peers(args) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'ranks':>6} {'per rank':>9} {'simcomm s':>10} {'SMPI s':>8} {'ratio':>6} {'cpu ratio':>9} "
-          f"{'simcomm MB':>11} {'SMPI MB':>8} {'ratio':>6}  simulated us (simcomm / SMPI)  target")
+          f"{'simcomm MB':>11} {'SMPI MB':>8} {'ratio':>6} {'floor s':>8} {'ratio':>6} {'cpu ratio':>9}  "
+          "simulated us (simcomm / SMPI)  target")
     for r in rows:
         size = format_size(r["bytes_per_rank"])
         if "wall_ratio" not in r:
@@ -375,8 +379,16 @@ def _peers(args) -> int:
         met = "" if target is None else f"  <= {target}x wall, <= 1x memory: {'met' if ok else 'NOT MET'}"
         print(f"{r['ranks']:>6} {size:>9} {r['simcomm_wall_seconds']:>10.2f} {r['smpi_wall_seconds']:>8.2f} "
               f"{r['wall_ratio']:>6.2f} {r['cpu_ratio']:>9.2f} {r['simcomm_peak_mb']:>11.0f} {r['smpi_peak_mb']:>8.0f} "
-              f"{r['memory_ratio']:>6.2f}  {r['simcomm_simulated_us']:.1f} / {r['smpi_simulated_us']:.1f}{met}")
+              f"{r['memory_ratio']:>6.2f} {_floor(r)}  {r['simcomm_simulated_us']:.1f} / {r['smpi_simulated_us']:.1f}"
+              f"{met}")
     return 0
+
+
+def _floor(r: dict) -> str:
+    """The floor's columns: its wall seconds and its wall and CPU ratios to SMPI (blank if it failed)."""
+    if "floor_wall_ratio" not in r:
+        return f"{'failed':>8} {'':>6} {'':>9}"
+    return f"{r['floor_wall_seconds']:>8.2f} {r['floor_wall_ratio']:>6.2f} {r['floor_cpu_ratio']:>9.2f}"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from ..errors import AlgorithmError, DistError
 from .api import backend_rules, resolve_group, resolve_peer
 from .groups import as_rank
 from .runtime import current
-from .tensors import Arg, tensor_arg, write
+from .tensors import Arg, tensor_arg, write, write_all
 from .work import Work
 
 
@@ -150,8 +150,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
             group_op, rows = ops[0], _sources(args, ops[0])
 
         def finish(r):
-            for arg, row in zip(args, r):
-                write(arg, row)
+            write_all(list(zip(args, r)))
         _launch("all_reduce", resolve_group(group), a.numel, a.sim_dtype, rows, finish, group_op)(done)
     return _start("all_reduce", group, _sig(a, op=op.name), (a, op), runner, async_op, [tensor])
 
@@ -172,9 +171,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
         everyone = _numerics() == "gloo"
 
         def finish(r):
-            for i, arg in enumerate(args):
-                if i == root or everyone:
-                    write(arg, r[i])
+            write_all([(arg, r[i]) for i, arg in enumerate(args) if i == root or everyone])
         _launch("reduce", g, a.numel, a.sim_dtype, rows, finish, group_op, root)(done)
     return _start("reduce", group, _sig(a, op=op.name, root=g.ranks[root]), (a, op), runner, async_op, [tensor])
 
@@ -193,9 +190,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
         args = [p[0] for p in payloads]
 
         def finish(r):
-            for i, (arg, row) in enumerate(zip(args, r)):
-                if i != root:
-                    write(arg, row)
+            write_all([(arg, row) for i, (arg, row) in enumerate(zip(args, r)) if i != root])
         _launch("broadcast", g, a.numel, a.sim_dtype, _rows(args), finish, root=root)(done)
     return _start("broadcast", group, _sig(a, root=root_global), (a,), runner, async_op, [tensor])
 

@@ -111,8 +111,9 @@ class Job:
     trail: list = field(default_factory=list)  # (indices, at, pos, held, margin) at its start and each re-rate
 
     def note(self, idx: np.ndarray, held: np.ndarray, margin: np.ndarray) -> None:
-        """Where ranks `idx` (indices into `ranks`) stand now and at what SMs taken they go on (progress.py)."""
-        self.trail.append((idx, self.at[idx].copy(), self.pos[idx].copy(), held.copy(), margin.copy()))
+        """Where ranks `idx` (indices into `ranks`, an array) stand now and at what SMs taken they go on
+        (progress.py); `held` and `margin` are kept as given (callers pass arrays of their own)."""
+        self.trail.append((idx, self.at[idx], self.pos[idx], held, margin))
 
 
 def holding(ranks, sms) -> tuple[np.ndarray, np.ndarray]:
@@ -188,12 +189,13 @@ class ComputeQueue(DeviceQueue):
     def _queue(self, ranks, seconds: float, mix: Mix, on_done, label, tags, amount) -> Job:
         now = self.env.now
         start = np.maximum(self.free_at[ranks], now)
-        end = start + seconds * self._wall_end(mix, ranks) if self.held[ranks].any() else start + seconds
+        held = self.held[ranks]
+        end = start + seconds * self._wall_end(mix, ranks) if held.any() else start + seconds
         self.free_at[ranks] = end
         job = Job(self._order, ranks, mix, seconds, start, end, np.zeros(len(ranks)), start.copy(), on_done, label,
                   tags, amount)
         self._order += 1
-        job.note(np.arange(len(ranks)), self.held[ranks], self.margin[ranks])
+        job.note(np.arange(len(ranks)), held, self.margin[ranks])
         for r in ranks.tolist():
             self._jobs.setdefault(r, []).append(job)
         self._schedule(job)
@@ -221,7 +223,7 @@ class ComputeQueue(DeviceQueue):
 
     def hold(self, ranks: np.ndarray, sms, margin: bool = False) -> Callable[[], None] | None:
         """occupy() for distinct `ranks` (SMs scalar or one per rank; see `holding`)."""
-        if not self.sharing or not len(ranks) or not np.any(sms):
+        if not self.sharing or not len(ranks) or not (sms.any() if isinstance(sms, np.ndarray) else sms):
             return None
         taken = sms if margin else 0
         self._change(ranks, sms, taken)

@@ -19,7 +19,7 @@ from typing import Mapping
 import numpy as np
 import simpy
 
-from ..arrays import unique
+from ..arrays import filled, unique
 
 from .cache import BoundedCache
 from .ids import distinct, factorize
@@ -27,6 +27,7 @@ from .maxmin import max_min_rates_csr
 from .replay import Learning, Replay, Run, StepTemplate, Trajectory
 from .trace import NO_TAGS
 
+_REMEMBERED_ROUTES = 1024  # flows up to which _route_links remembers what their routes cross
 _LIVE = ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index")
 
 
@@ -89,6 +90,7 @@ class FlowNetwork:
         self._resolve_pending = False
         self._routes_cache = BoundedCache()  # pattern -> route ids
         self._links_cache = BoundedCache()  # pattern -> links crossed
+        self._route_links_cache = BoundedCache()  # route ids (bytes) -> the links they cross, with repeats
         self._memo: _Memo | None = None
         self._rates_cache = BoundedCache()  # live batches -> max-min rates
         self._live_count = np.zeros(cluster.num_links, dtype=np.int64)  # live flows crossing each link
@@ -197,15 +199,13 @@ class FlowNetwork:
     def _prepare(self, src, dst, nbytes, routes, weight, extra_latency):
         src = np.atleast_1d(np.asarray(src, dtype=np.int64))
         dst = np.atleast_1d(np.asarray(dst, dtype=np.int64))
-        payload = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else \
-            np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
+        payload = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else filled(nbytes, src.shape)
         memo = self._memo
         if memo is not None and memo.src is src and memo.dst is dst and memo.weight is weight and \
                 memo.routes is routes:
             pattern, route, w = memo.pattern, memo.route, memo.w  # a plan repeating its step: skip re-keying
         else:
-            w = np.ones(len(src)) if weight is None else \
-                np.broadcast_to(np.asarray(weight, dtype=float), src.shape).copy()
+            w = np.ones(len(src)) if weight is None else filled(weight, src.shape)
             if routes is not None:
                 route = np.asarray(routes, dtype=np.int64)
                 pattern = b"R" + route.tobytes() + w.tobytes()
@@ -215,7 +215,7 @@ class FlowNetwork:
                 if route is None:
                     route = self._routes_cache.put(pattern, self.cluster.route_ids(src, dst))
             self._memo = _Memo(src, dst, weight, routes, pattern, route, w)
-        extra = np.broadcast_to(np.asarray(extra_latency, dtype=np.float64), src.shape)
+        extra = filled(extra_latency, src.shape)
         return src, dst, payload, pattern, route, w, extra
 
     def _solo_key(self, pattern: bytes, wire: np.ndarray) -> bytes:
@@ -233,8 +233,15 @@ class FlowNetwork:
         return self.cluster.route_latency
 
     def _route_links(self, routes: np.ndarray) -> np.ndarray:
-        """Every link id the given route ids cross (with repeats)."""
-        return self.cluster.links_crossed(routes)[0]
+        """Every link id the given route ids cross (with repeats). Remembered for a few flows: the flows of a
+        step's sends start and end together again and again (a route's links never change)."""
+        if len(routes) > _REMEMBERED_ROUTES:
+            return self.cluster.links_crossed(routes)[0]
+        key = routes.tobytes()
+        on = self._route_links_cache.get(key)
+        if on is None:
+            on = self._route_links_cache.put(key, self.cluster.links_crossed(routes)[0])
+        return on
 
     def _links_of(self, pattern: bytes, route: np.ndarray) -> np.ndarray:
         links = self._links_cache.get(pattern)
@@ -394,11 +401,12 @@ class FlowNetwork:
         self._schedule_next()
 
     def _finish(self, done: np.ndarray) -> None:
-        lat = self._latency_table()
         bid, index = self._bid[done], self._index[done]
         if not len(bid):
             return
         single = bid[0] == bid[-1]
+        route, extra = self._route[done], self._extra[done]
+        lat = self._latency_table()[route]
         for b in ([int(bid[0])] if single else unique(bid).tolist()):
             t = self._batches[b]
             sel = slice(None) if single else bid == b
@@ -406,7 +414,7 @@ class FlowNetwork:
             if rec is not None:
                 rec.bw_done[index[sel]] = self.env.now - rec.start
             if t.with_latency:
-                arrival = self.env.now + lat[self._route[done][sel]] + self._extra[done][sel]
+                arrival = self.env.now + lat[sel] + extra[sel]
                 t._last_arrival = max(t._last_arrival, float(arrival.max()))
             else:
                 arrival = self.env.now

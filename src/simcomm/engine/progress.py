@@ -18,6 +18,7 @@ class Progress:
     def __init__(self):
         self._linear: dict[int, tuple[float, float]] = {}  # rank -> (start, end): ran at one rate
         self._jobs: dict[int, tuple[object, int, int, float]] = {}  # rank -> (job, its index there, sms, hbm)
+        self._queued: list = []  # (job, sms, hbm) not yet in _jobs: most progress is never read
 
     def linear(self, ranks, starts, ends) -> None:
         """Ranks whose work ran unslowed from starts[i] to ends[i]."""
@@ -27,12 +28,18 @@ class Progress:
 
     def job(self, job, sms: int, hbm: float) -> None:
         """Ranks of a compute-queue Job (its trail of breakpoints is read when asked)."""
-        for i, r in enumerate(job.ranks.tolist()):
-            self._jobs[r] = (job, i, sms, hbm)
+        self._queued.append((job, sms, hbm))
+
+    def _by_rank(self) -> dict:
+        for job, sms, hbm in self._queued:
+            for i, r in enumerate(job.ranks.tolist()):
+                self._jobs[r] = (job, i, sms, hbm)
+        self._queued.clear()
+        return self._jobs
 
     @property
     def ranks(self) -> list[int]:
-        return sorted({*self._linear, *self._jobs})
+        return sorted({*self._linear, *self._by_rank()})
 
     def times(self, rank: int, offsets) -> np.ndarray:
         """Simulated times at which rank `rank` reached `offsets` (seconds of work alone from the start, within
@@ -41,7 +48,7 @@ class Progress:
         if rank in self._linear:
             start, end = self._linear[rank]
             return np.minimum(start + offsets, end)
-        job, i, sms, hbm = self._jobs[rank]
+        job, i, sms, hbm = self._by_rank()[rank]
         end = float(job.end[i])
         if not job.seconds:
             return np.full(offsets.shape, end)

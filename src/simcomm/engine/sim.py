@@ -31,6 +31,27 @@ class CountingEnvironment(simpy.Environment):
         super().schedule(event, priority, delay)
 
 
+def when_all(env: simpy.Environment, events: list, then) -> None:
+    """Call then() once every one of `events` (none processed yet) has fired, as a process that yields
+    env.all_of(events) and then calls it would, at the same point of the event order, without the process (its
+    start event and generator: a pipeline send waiting for its receive is one of thousands per step). A failed
+    event is raised by simpy, as the process would have failed."""
+    if len(events) != 1:
+        env.all_of(events).callbacks.append(lambda e: then() if e.ok else None)
+        return
+    # one event (a send's receive being posted): a plain event in the all_of's place in the event order
+    after = env.event()
+    after.callbacks.append(lambda e: then() if e.ok else None)
+
+    def fired(e):
+        if e.ok:
+            after.succeed()
+        else:  # as all_of does: the failure moves on to the event that waits for it
+            e.defused = True
+            after.fail(e.value)
+    events[0].callbacks.append(fired)
+
+
 class Simulation:
     """One simulated run on one cluster.
 

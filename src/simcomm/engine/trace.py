@@ -19,6 +19,7 @@ NO_TAGS: Mapping = MappingProxyType({})
 
 import numpy as np
 
+from ..arrays import filled
 from ..errors import SimcommError
 
 DETAILS = ("flows", "steps")  # what a Recorder keeps: every flow, or only aggregated steps
@@ -86,7 +87,7 @@ class Recorder:
     def spans(self, kind: str, ranks, start, end, amount, label: str = "", tags: Mapping = NO_TAGS) -> None:
         """The same operation on several ranks (start, end and amount scalars or one per rank)."""
         self._spans.append((kind, np.array(ranks), np.array(start, dtype=float), np.array(end, dtype=float),
-                            np.broadcast_to(np.asarray(amount, dtype=float), np.shape(ranks)).copy(), label,
+                            filled(amount, np.shape(ranks)), label,
                             tags))
 
     def step_spans(self, kind: str, ranks, start, end, amount, label: str = "", tags: Mapping = NO_TAGS,
@@ -113,6 +114,12 @@ class Recorder:
         """A rank-level operation: a collective call, a blocking wait, a p2p call."""
         self._ops.append((rank, kind, start, end, nbytes, label, peer, tags))
 
+    def sends(self, src: np.ndarray, dst: np.ndarray, start: float, ends: np.ndarray, nbytes: np.ndarray,
+              label: str, tags: Mapping = NO_TAGS) -> None:
+        """op(s, "p2p", start, end, nbytes, label or f"send {s}->{d}", d, tags) for each flow s -> d of a send,
+        kept as one entry until the timeline is read."""
+        self._ops.append((src, dst, start, ends, nbytes, label, tags))
+
     def deferred(self, produce) -> None:
         """Activities made only when the timeline is read: `produce(kernels)` returns them (a training step's
         replayed layer blocks cost nothing unless someone looks; `kernels`: with the kernels inside them too)."""
@@ -136,8 +143,14 @@ class Recorder:
             for r, s, e, a in zip(members, np.broadcast_to(start, ranks.shape).tolist(),
                                   np.broadcast_to(end, ranks.shape).tolist(), amount.tolist()):
                 out.append(Activity(r, kind, s, e, a, label, tags=tags, group=group))
-        for rank, kind, start, end, nbytes, label, peer, tags in self._ops:
-            out.append(Activity(rank, kind, start, end, nbytes, label, peer, tags=tags))
+        for op in self._ops:
+            if len(op) == 8:
+                rank, kind, start, end, nbytes, label, peer, tags = op
+                out.append(Activity(rank, kind, start, end, nbytes, label, peer, tags=tags))
+                continue
+            src, dst, start, ends, nbytes, label, tags = op  # a send's flows (sends())
+            for s, d, b, f in zip(src.tolist(), dst.tolist(), nbytes.tolist(), ends.tolist()):
+                out.append(Activity(s, "p2p", start, f, b, label or f"send {s}->{d}", d, tags=tags))
         for produce in self._deferred:
             out.extend(produce(kernels))
         out.sort(key=lambda a: (a.start, a.rank, a.kind, a.end, a.peer, a.label))

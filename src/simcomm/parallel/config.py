@@ -43,6 +43,10 @@ def setting(default, doc: str, *, lo=None, hi=None, choices=None, numeric: bool 
     return dataclasses.field(default=default, metadata=meta)
 
 
+# Megatron-Core's --recompute-modules that the step model reruns (model/layer.py RECOMPUTED says what each drops)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """Megatron-LM's training arguments (and DistributedDataParallelConfig's), plus a few simcomm knobs."""
@@ -79,12 +83,29 @@ class TrainingConfig:
                                              "Megatron's default is allgather)",
                                              choices=("alltoall", "allgather", "flex"))
     moe_grouped_gemm: bool = setting(False, "one grouped GEMM for a rank's experts (else one GEMM per expert)")
+    moe_flex_dispatcher_backend: str = setting("deepep", "the flex dispatcher's kernels: deepep (DeepEP's "
+                                               "node-limited NVLink + RDMA dispatch; hybridep is not modelled)",
+                                               choices=("deepep", "hybridep"))
+    moe_deepep_num_sms: int = setting(20, "SMs DeepEP's dispatch and combine kernels hold (DeepSeek-V3: 20 of 132)",
+                                      lo=1, hi=1024)
+    moe_dispatch_fp8: bool = setting(False, "the dispatch-shaped exchanges (dispatch, combine's backward) carry FP8 "
+                                     "rows with 1x128 scales, the combine-shaped ones BF16 (DeepSeek-V3's; needs "
+                                     "fp8_format and the flex dispatcher; not a Megatron-LM argument)")
+    moe_shared_expert_overlap: bool = setting(False, "the shared expert's forward beside the dispatch and combine "
+                                              "all-to-alls (Megatron-Core's)")
+    overlap_moe_expert_parallel_comm: bool | None = setting(
+        None, "DualPipe's overlapped forward-and-backward pairs interleave, each one's EP all-to-alls beside the "
+        "other's compute (default: on for dualpipe and dualpipev; Megatron-LM's name, whose 1F1B form is not "
+        "modelled)")
     moe_routing_skew: float = setting(0.0, "the step model's routing: expert i receives a share proportional to "
                                       "(i + 1)^-skew (0: perfectly balanced)", lo=0.0, hi=100.0)
     moe_expert_load: tuple[float, ...] | None = setting(None, "the step model's routing: relative tokens per expert "
                                                         "(a measured load; instead of moe_routing_skew)")
     # -- memory
     recompute_granularity: str | None = setting(None, "activation recomputation", choices=("full", "selective"))
+    recompute_modules: tuple[str, ...] | None = setting(
+        None, "selective recomputation: the modules rerun before the backward, of " + ", ".join(RECOMPUTE_MODULES) +
+        " (Megatron-Core's; default core_attn)")
     recompute_method: str = setting("uniform", "full recomputation: uniform or block", choices=("uniform", "block"))
     recompute_num_layers: int | None = setting(None, "layers per group (uniform) or per chunk (block)", lo=1,
                                                hi=BIG)
@@ -169,8 +190,10 @@ class TrainingConfig:
                                      "TP (false: one 4-byte all-reduce over a replica)")
 
     def __post_init__(self):
-        if isinstance(self.moe_expert_load, list):
-            object.__setattr__(self, "moe_expert_load", tuple(self.moe_expert_load))
+        for name in ("moe_expert_load", "recompute_modules"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        self._check_recompute_modules()
         for name, check in _CHECKS:
             check(getattr(self, name))
         if self.moe_expert_load is not None and self.moe_routing_skew:
@@ -187,6 +210,19 @@ class TrainingConfig:
         if canonical_dtype(self.params_dtype) == "bfloat16" and not self.size_only:
             raise ConfigError(f"params_dtype {self.params_dtype!r} needs size_only=True: numpy has no bfloat16, so "
                               "a run with data cannot compute in it (use float32 or float64)", "params_dtype")
+
+    def _check_recompute_modules(self) -> None:
+        modules = self.recompute_modules
+        if modules is None:
+            return
+        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if unknown or not modules:
+            raise ConfigError(f"recompute_modules: {unknown or 'none given'}: expected some of "
+                              f"{', '.join(RECOMPUTE_MODULES)} (Megatron-Core's mlp, moe and shared_experts are not "
+                              "modelled)", "recompute_modules")
+        if self.recompute_granularity != "selective":
+            raise ConfigError("recompute_modules needs recompute_granularity selective (as in Megatron-LM)",
+                              "recompute_modules")
 
     def _check_sharding(self) -> None:
         """One sharding scheme, however it is spelled (data_parallel_sharding_strategy, zero_stage,
@@ -316,6 +352,9 @@ def _checker(f: dataclasses.Field):
         elif base == "float":
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi:
                 raise ConfigError(f"{name} must be a number in [{lo:g}, {hi:g}), got {v!r}", name)
+        elif base == "tuple[str, ...]":
+            if not isinstance(v, tuple) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"{name} must be a list of names, got {v!r}", name)
         elif base.startswith("tuple"):
             if not isinstance(v, tuple) or not v or any(isinstance(x, bool) or not isinstance(x, (int, float))
                                                         or not 0 <= x < float("inf") for x in v) or not sum(v) > 0:

@@ -30,6 +30,7 @@ from ..engine import Mix
 from ..engine import sharing
 from ..session import Session, as_dtype
 from .model import programs as ops
+from .model.moe.deepep import deepep_rows
 from .model.programs import ATTENTION, GEMM, GROUPED_GEMM, Kernel, LayerComm, LayerStep
 
 # Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub: "num_sm": 1
@@ -64,6 +65,9 @@ class Template:
     segments: tuple[Segment, ...] = field(repr=False, default=())
     interference: float = 0.0  # seconds the program took longer for compute and communication sharing the GPU
     mix: Mix | None = field(repr=False, default=None)  # what its time is made of: kernels and idle waits
+    # the compute stream's time in order: ("compute", seconds) for kernels (as slowed), (axis, seconds) for a wait
+    # on that axis' communication; they add up to `duration` (DualPipe's overlapped pair interleaves them)
+    blocks: tuple[tuple[str, float], ...] = field(repr=False, default=())
 
 
 def engine_kernel(cm, k: Kernel, seconds: float) -> sharing.Kernel:
@@ -110,9 +114,12 @@ class TemplateRunner:
         """An EP all-to-all (every rank sends per_peer[j] bytes to EP rank j; transposed when `back`) or an ETP
         all-gather / reduce-scatter, on every expert group of the stage at once."""
         s, itemsize = self.session, as_dtype(self.dtype)[0].itemsize
-        ops = []
+        ops, nbytes = [], c.nbytes
         for row in self.experts[c.axis]:
-            if c.collective == "all_to_all":
+            if c.collective == "deepep":
+                got, nbytes = self._deepep(c, np.asarray(row), itemsize)
+                ops += got
+            elif c.collective == "all_to_all":
                 per = np.asarray(c.per_peer, dtype=np.float64) / itemsize
                 splits = np.tile(per, (len(row), 1)).astype(np.int64)
                 splits = splits.T.copy() if c.back else splits
@@ -122,8 +129,36 @@ class TemplateRunner:
                 ops.append(s.collective(c.collective, row, size=int(c.nbytes), dtype=self.dtype,
                                         tags={"axis": c.axis}))
         yield s.all_of(ops)
-        out.append(Segment(c.axis, ops[0].start - t0, max(o.end for o in ops) - t0, c.name, c.nbytes, "collective",
+        out.append(Segment(c.axis, ops[0].start - t0, max(o.end for o in ops) - t0, c.name, nbytes, "collective",
                            ops[0].record.tags))
+
+    def _deepep(self, c: LayerComm, row: np.ndarray, itemsize: int) -> tuple[list, float]:
+        """DeepEP's exchange on EP group `row` (moe/deepep.py): an all-to-all over IB among each rail's GPUs (the
+        same local index on every node of the group) beside an all-to-all over NVLink inside each node, both
+        holding DeepEP's SMs; the transposed exchange when `back`. Returns the ops and the bytes the first GPU
+        sends."""
+        x, s = c.deepep, self.session
+        nodes = row // self.cluster.ranks_per_node
+        by_node = [row[nodes == n] for n in dict.fromkeys(nodes.tolist())]
+        N, G = len(by_node), len(by_node[0])
+        rdma, nvlink = deepep_rows(x.tokens, x.nodes_per_token(N), c.per_peer, G)
+        elements = (x.combine_row if c.back else x.dispatch_row) / itemsize  # a row, in the exchange's dtype
+        ops, sms = [], x.sms // 2 if N > 1 else x.sms  # DeepEP's channels: half its SMs per hop
+
+        def run(ranks, rows, axis):
+            splits = np.rint(np.outer(np.ones(len(ranks)), rows) * elements).astype(np.int64)
+            np.fill_diagonal(splits, 0)  # nothing to itself
+            splits = splits.T.copy() if c.back else splits
+            if splits.any():
+                ops.append(s.collective("all_to_all", ranks, count=max(1, int(splits.max())), splits=splits,
+                                        dtype=self.dtype, tags={"axis": "ep", "path": axis}, sms=sms))
+        if N > 1:
+            for i in range(G):
+                run(np.array([g[i] for g in by_node]), rdma, "rdma")
+        for n, g in enumerate(by_node):
+            run(g, nvlink[n], "nvlink")
+        sent = (rdma.sum() - rdma[0]) * (N > 1) + nvlink[0].sum() - nvlink[0][0]
+        return ops, float(sent * elements * itemsize)
 
     def _comm(self, c: LayerComm, out: list, t0: float, userbuffers: bool = False):
         s = self.session
@@ -163,6 +198,7 @@ class TemplateRunner:
         exposed: dict[str, float] = {}
         busy = [0.0]
         parts: list[tuple[float, sharing.Kernel]] = []  # (seconds, kernel) of what the time was spent on
+        blocks: list[tuple[str, float]] = []
 
         def program():
             t0 = s.now
@@ -193,12 +229,16 @@ class TemplateRunner:
                         parts.append((dt * scale, shape))
                         at += dt * scale
                     busy[0] += ran
+                    blocks.append(("compute", ran))
                 idle = (s.now - start) - ran
                 if idle > 0:
                     parts.append((idle, sharing.IDLE_KERNEL))
                     if comm:
                         axis = comm[-1].axis
                         exposed[axis] = exposed.get(axis, 0.0) + idle
+                        blocks.append((axis, idle))
+                    else:
+                        blocks.append(("compute", idle))
             return s.now - t0
 
         proc = s.process(program())
@@ -207,7 +247,7 @@ class TemplateRunner:
         flops = sum(k.flops for st in steps for k in st.compute)
         weights = [p[0] for p in parts]
         mix = Mix(weights, [p[1] for p in parts]) if sum(weights) > 0 else None
-        return Template(name, duration, busy[0], exposed, flops, tuple(segments), 0.0, mix)
+        return Template(name, duration, busy[0], exposed, flops, tuple(segments), 0.0, mix, tuple(blocks))
 
 
 class TemplateCache:

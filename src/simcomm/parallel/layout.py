@@ -94,7 +94,8 @@ class Layout:
         """One decoder layer on one GPU, one micro-batch: what its kernels, FLOPs and saved tensors depend on."""
         c = self.config
         return LayerShape(self.model, self.dims.tp, self.dims.cp, c.sp, c.micro_batch_size, c.flash_attention,
-                          c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2)
+                          c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2,
+                          recompute_modules=c.recompute_modules or ("core_attn",))
 
     @property
     def moe_layer_shape(self) -> LayerShape | None:
@@ -107,7 +108,9 @@ class Layout:
         if c.moe_routing_skew or c.moe_expert_load is not None:
             shares = tuple(float(x) for x in routing_shares(m.num_moe_experts, c.moe_routing_skew, c.moe_expert_load))
         return replace(self.layer_shape, moe=True, ep=self.dims.ep, etp=self.dims.etp, routing=shares,
-                       grouped_gemm=c.moe_grouped_gemm)
+                       grouped_gemm=c.moe_grouped_gemm, dispatcher=c.moe_token_dispatcher_type,
+                       dispatch_fp8=c.moe_dispatch_fp8, deepep_sms=c.moe_deepep_num_sms,
+                       shared_expert_overlap=c.moe_shared_expert_overlap)
 
     def shape_of(self, layer: int) -> LayerShape:
         return self.moe_layer_shape if self.model.moe_layers[layer] else self.layer_shape
@@ -202,6 +205,13 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     name = _schedule_name(model, c, pp)
     chunks, layers = _assign_layers(model, c, pp, SCHEDULES[name])
     _check_schedule(name, pp)
+    if "mla_up_proj" in (c.recompute_modules or ()) and not model.multi_latent_attention:
+        raise ConfigError("recompute_modules mla_up_proj needs a model with multi_latent_attention",
+                          "recompute_modules")
+    if c.overlap_moe_expert_parallel_comm and name not in ("dualpipe", "dualpipev"):
+        raise ConfigError("overlap_moe_expert_parallel_comm is modelled for DualPipe's overlapped pairs "
+                          "(pipeline_schedule dualpipe or dualpipev); Megatron-LM's 1F1B form is not",
+                          "overlap_moe_expert_parallel_comm")
     _check_work(m, chunks, pp, model, c)
     if c.recompute_granularity == "full" and c.recompute_method == "block" and not c.recompute_num_layers:
         raise ConfigError("recompute_method block needs recompute_num_layers", "recompute_num_layers")
@@ -279,15 +289,30 @@ def _check_experts(model: TransformerConfig, c: TrainingConfig, dims: ParallelDi
     if tp > 1 and not c.sequence_parallel:
         raise ConfigError("MoE layers with tensor parallelism need sequence_parallel (Megatron-Core's rule: tokens "
                           "enter the router split along the sequence)", "sequence_parallel")
-    if c.moe_token_dispatcher_type != "alltoall":
-        raise ConfigError(f"moe_token_dispatcher_type {c.moe_token_dispatcher_type!r} is not modelled; alltoall is "
-                          "(the dispatcher of Megatron's large-scale MoE recipes)", "moe_token_dispatcher_type")
+    _check_dispatcher(c, etp)
     if c.stage == 3:
         raise ConfigError("ZeRO-3 with mixture-of-experts layers is not modelled (expert parameters would be sharded "
                           "over their own expert-data-parallel group)", "zero_stage")
     if c.moe_expert_load is not None and len(c.moe_expert_load) != E:
         raise ConfigError(f"moe_expert_load gives {len(c.moe_expert_load)} loads for {E} experts",
                           "moe_expert_load")
+
+
+def _check_dispatcher(c: TrainingConfig, etp: int) -> None:
+    """The dispatchers and their switches modelled: alltoall, and flex with DeepEP."""
+    kind = c.moe_token_dispatcher_type
+    if kind == "allgather":
+        raise ConfigError("moe_token_dispatcher_type allgather is not modelled; alltoall and flex (DeepEP) are",
+                          "moe_token_dispatcher_type")
+    if kind == "flex" and c.moe_flex_dispatcher_backend != "deepep":
+        raise ConfigError(f"moe_flex_dispatcher_backend {c.moe_flex_dispatcher_backend!r} is not modelled; deepep "
+                          "is", "moe_flex_dispatcher_backend")
+    if kind == "flex" and etp > 1:
+        raise ConfigError("the flex dispatcher (DeepEP) is modelled with expert_tensor_parallel_size 1",
+                          "expert_tensor_parallel_size")
+    if c.moe_dispatch_fp8 and (kind != "flex" or c.fp8_format is None):
+        raise ConfigError("moe_dispatch_fp8 needs moe_token_dispatcher_type flex and fp8_format (FP8 rows are "
+                          "DeepEP's, from FP8 GEMMs)", "moe_dispatch_fp8")
 
 
 def _schedule_name(model: TransformerConfig, c: TrainingConfig, pp: int) -> str:
@@ -329,12 +354,18 @@ def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int, spec):
         raise ConfigError("decoder_first/last_pipeline_num_layers and account_for_*_in_pipeline_split are "
                           "exclusive", "decoder_first_pipeline_num_layers")
     if first is not None or last is not None:
-        if c.num_layers_per_virtual_pipeline_stage or c.virtual_pipeline_model_parallel_size or spec.chunks == "two":
-            raise ConfigError("decoder_first/last_pipeline_num_layers are supported here without virtual stages",
-                              "decoder_first_pipeline_num_layers")
+        dual = spec.style == "dual"  # DualPipe: two chunks, but pp stages (each held twice)
+        if c.num_layers_per_virtual_pipeline_stage or c.virtual_pipeline_model_parallel_size or \
+                spec.chunks == "two" and not dual:
+            raise ConfigError("decoder_first/last_pipeline_num_layers are supported here without virtual stages "
+                              "(and with DualPipe)", "decoder_first_pipeline_num_layers")
         counts = _uneven(L, pp, first, last)
         starts = [sum(counts[:r]) for r in range(pp)]
-        return 1, tuple((tuple(range(starts[r], starts[r] + counts[r])),) for r in range(pp))
+        runs = [tuple(range(starts[r], starts[r] + counts[r])) for r in range(pp)]
+        if dual:
+            placement = spec.placement(pp, 2)
+            return 2, tuple(tuple(runs[placement.stage(r, ch)] for ch in range(2)) for r in range(pp))
+        return 1, tuple((run,) for run in runs)
     slots = L + emb + loss
     if slots % pp:
         extra = (" + embedding" if emb else "") + (" + loss" if loss else "")

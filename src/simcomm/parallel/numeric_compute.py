@@ -68,7 +68,7 @@ class KernelCharges:
         """What recomputation reruns before the backward of the layer at `position` in its chunk."""
         rerun = self.layout.recomputes(position)
         if rerun:
-            self.pending += self.table["layer.forward" if rerun == "full" else "attention"]
+            self.pending += self.table["layer.forward" if rerun == "full" else "layer.selective"]
 
     def take(self) -> float:
         seconds, self.pending = self.pending, 0.0
@@ -85,6 +85,7 @@ def _table(shape, cm: ComputeModel) -> dict[str, float]:
     out["attention"] = sum(cm.kernel(k) for k in programs.attention_kernels(shape, att, backward=False))
     out["attention.backward"] = sum(cm.kernel(k) for k in programs.attention_kernels(shape, att, backward=True))
     out["layer.forward"] = sum(cm.kernel(k) for step in programs.layer_forward(shape) for k in step.compute)
+    out["layer.selective"] = sum(cm.kernel(k) for step in programs.selective_recompute(shape) for k in step.compute)
     return out
 
 

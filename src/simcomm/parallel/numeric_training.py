@@ -106,6 +106,9 @@ class RankTrainer:
                               f"{comm.world_size}")
         check_host_memory(layout)
         cfg, dims, m = layout.config, layout.dims, layout.model
+        if m.is_moe and cfg.moe_token_dispatcher_type != "alltoall":
+            raise ConfigError("numeric training runs Megatron-Core's alltoall token dispatcher; the flex dispatcher "
+                              "(DeepEP) is modelled in the step model only", "moe_token_dispatcher_type")
         self.comm, self.layout, self.cfg = comm, layout, cfg
         rank = comm.rank
         self.coords = {a.value: i for a, i in dims.coords(rank).items()}

@@ -50,6 +50,7 @@ from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.actions import computations
+from .pipeline_parallel.pair_timing import timed_schedule
 from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.timeline import makespan, timeline
 from .step_cost import StepModel, optimizer_seconds
@@ -312,8 +313,7 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
 def bound(c: Candidate) -> dict:
     """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
     layout, sim, passes, optimizer = _passes(c)
-    flat = [list(computations(acts)) for acts in layout.schedule]  # an overlapped pair: F, then B (timing.py)
-    times = timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, placement=layout.placement)
+    times = timeline(*timed_schedule(layout, passes), placement=layout.placement)  # as timing.py runs pairs
     return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
 
 

@@ -160,7 +160,8 @@ class StepModel:
         if cfg.recompute_granularity == "full" and cfg.recompute_method == "block":
             n = cfg.recompute_num_layers or 0
             recomputed = sum(min(n, len(L.layers_of(r, c))) for r in range(dims.pp) for c in range(L.chunks))
-        hw = model_flops + recompute_flops_per_token(model, cfg.recompute_granularity, recomputed) * tokens
+        hw = model_flops + recompute_flops_per_token(model, cfg.recompute_granularity, recomputed,
+                                                     modules=self.shape.recompute_modules) * tokens
         if traffic.stats["late_overlaps"]:
             notes.append(f"{traffic.stats['late_overlaps']} transfer(s) started on the links of a replayed "
                          "collective: neither was slowed by the other (an approximation)")
@@ -177,7 +178,7 @@ class StepModel:
         return StepResult(L, step_time, acc, mem, model_flops, hw, dims.world_size, self.cm.peak,
                           f"{cfg.flops_formula}: {title}", tokens, self.cluster.device.name, notes,
                           dict(traffic.stats), per_stage, list(ends), traffic.s.sim.interference, traffic.s.sim,
-                          moe_breakdown(self) if L.model.is_moe else {}, copies)
+                          moe_breakdown(self, acc) if L.model.is_moe else {}, copies)
 
 
 class _StepEnd:

@@ -65,12 +65,22 @@ class RankCopies:
 
 def trace_records(instances, kernels: bool) -> int:
     """Records of one GPU per pipeline stage for these pass instances: its layers and their TP/CP communication,
-    and with `kernels` each kernel too (and both ends of a CP ring step)."""
+    and with `kernels` each kernel too (and both ends of a CP ring step). Counted once per distinct pass: a step
+    runs each pass many times."""
+    per_pass: dict[int, int] = {}
+    total = 0
+    for _r, _a, p, _jobs in instances:
+        n = per_pass.get(id(p))
+        if n is None:
+            n = per_pass[id(p)] = _pass_record_count(p, kernels)
+        total += n
+    return total
+
+
+def _pass_record_count(p, kernels: bool) -> int:
     if not kernels:
-        return sum(1 + sum(seg.kind != "compute" for seg in part.template.segments)
-                   for _r, _a, p, _jobs in instances for part in p.parts)
-    return sum(1 + sum(2 if seg.kind == "p2p" else 1 for seg in part.template.segments)
-               for _r, _a, p, _jobs in instances for part in p.parts)
+        return sum(1 + sum(seg.kind != "compute" for seg in part.template.segments) for part in p.parts)
+    return sum(1 + sum(2 if seg.kind == "p2p" else 1 for seg in part.template.segments) for part in p.parts)
 
 
 def pass_records(dims, stage: int, action, p, jobs, gpu: int, kernels: bool) -> list[Activity]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import when_all
 from ..session import CollectiveRecord, Op, Session
 
 
@@ -81,11 +82,7 @@ class Traffic:
         if not deps:
             body()
             return
-
-        def waiter():
-            yield self.env.all_of(deps)
-            body()
-        self.env.process(waiter())
+        when_all(self.env, deps, body)
 
     def _instant(self, kind: str, ranks, tags) -> Op:
         op = Op(self.env, kind, np.atleast_1d(np.asarray(ranks, dtype=np.int64)), dict(tags or {}))

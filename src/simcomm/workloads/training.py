@@ -41,7 +41,7 @@ def _spec_field(f: dataclasses.Field):
     meta = f.metadata
     optional = "None" in str(f.type)
     base = {"int": int, "bool": bool, "float": float, "str": str,
-            "tuple[float, ...]": list[float]}[str(f.type).split(" |")[0]]
+            "tuple[float, ...]": list[float], "tuple[str, ...]": list[str]}[str(f.type).split(" |")[0]]
     tp = Literal[meta["choices"]] if meta["choices"] else base
     if meta["kind"] == "size":
         tp = Size

@@ -2,7 +2,7 @@
 experts' GEMMs and activation, the dispatch and combine exchanges (their time on the wire, the part the compute
 stream waited for -- exposed -- and the rest, hidden beside compute), and what the routing's imbalance costs: the
 busiest EP rank's expert compute and exposed exchanges minus what a perfectly balanced router gives the same layout
-(its templates timed too)."""
+(its templates timed too, each pass alone)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..model import programs
+from ..pipeline_parallel.pair_timing import overlaps_pairs
 
 ROUTER = ("router",)
 EXPERTS = ("moe.fc1", "moe.fc2", "moe.gelu", "moe.swiglu")
@@ -55,9 +56,12 @@ def _per_layer(model, stage: int, shape) -> dict[str, float]:
     return total
 
 
-def moe_breakdown(model) -> dict:
-    """The `moe` object of the step JSON (see the module docstring); per stage, seconds per GPU per step."""
+def moe_breakdown(model, acc=None) -> dict:
+    """The `moe` object of the step JSON (see the module docstring); per stage, seconds per GPU per step. Where
+    DualPipe's pairs interleave, what the exchanges left exposed is the step's (acc: the stages' breakdowns), the
+    layers' templates having timed each pass alone."""
     layout = model.layout
+    paired = acc is not None and overlaps_pairs(layout)
     shape = layout.moe_layer_shape
     balanced = replace(shape, routing=())
     stages = []
@@ -66,6 +70,8 @@ def moe_breakdown(model) -> dict:
         n *= layout.microbatches
         got, even = _per_layer(model, r, shape), _per_layer(model, r, balanced)
         row = {k: v * n for k, v in got.items()}
+        if paired:
+            row["dispatch_combine_exposed"] = acc[r]["ep"]
         row["dispatch_combine_hidden"] = row["dispatch_combine"] - row["dispatch_combine_exposed"]
         row["imbalance"] = n * ((got["expert_compute"] - even["expert_compute"]) +
                                 (got["dispatch_combine_exposed"] - even["dispatch_combine_exposed"]))

@@ -8,7 +8,7 @@ before mid-2024 do) unless `causal=True` halves it (Megatron main's `/ 2 # causa
 from __future__ import annotations
 
 from .config import TransformerConfig
-from .layer import forward_flops_per_token
+from .layer import LayerShape, decoder_layer, forward_flops_per_token
 from .moe.flops import megatron_moe_flops_per_token
 
 
@@ -161,13 +161,18 @@ FORMULAS = {
 
 
 def recompute_flops_per_token(c: TransformerConfig, granularity: str | None, recomputed_layers: int | None = None,
-                              causal: bool = False) -> float:
+                              causal: bool = False, modules: tuple[str, ...] = ("core_attn",)) -> float:
     """Extra forward FLOPs per token that recomputation executes: full reruns each recomputed layer's forward
-    (logits are not recomputed); selective reruns core attention only."""
+    (logits are not recomputed); selective its `modules`' products: core attention (core_attn), MLA's up
+    projections (mla_up_proj); norms and activations have none."""
     if not granularity:
         return 0.0
     per_layer = forward_flops_per_token(c, causal)
     layers = c.num_layers if recomputed_layers is None else recomputed_layers
     if granularity == "full":
         return layers * sum(per_layer.values())
-    return c.num_layers * per_layer["core_attention"]
+    out = per_layer["core_attention"] if "core_attn" in modules else 0.0
+    if "mla_up_proj" in modules:
+        out += sum(op.flops_per_token for op in decoder_layer(LayerShape(c, 1, 1, False, 1))
+                   if op.name in ("q_up", "kv_up"))
+    return c.num_layers * out

@@ -41,6 +41,11 @@ class LayerShape:
     etp: int = 1
     routing: tuple[float, ...] = ()
     grouped_gemm: bool = True
+    dispatcher: str = "alltoall"  # moe_token_dispatcher_type: alltoall | flex (DeepEP)
+    dispatch_fp8: bool = False  # the flex dispatcher's dispatch-shaped exchanges in FP8
+    deepep_sms: int = 20  # SMs DeepEP's kernels hold
+    shared_expert_overlap: bool = False  # the shared expert's forward beside the dispatch and combine
+    recompute_modules: tuple[str, ...] = ("core_attn",)  # what selective recomputation reruns (RECOMPUTED)
 
     @property
     def tokens(self) -> int:
@@ -178,6 +183,15 @@ def _mla_projections(shape: LayerShape) -> list:
 
 
 SELECTIVE = ("softmax_logsumexp", "softmax_output", "attention_dropout_mask", "attention_dropout_output")
+# What each of Megatron-Core's recompute_modules keeps from being saved (it is rerun before the backward,
+# selective_recompute in programs.py): core attention's s x s tensors; the two norms' outputs (every GEMM input
+# they feed); MLA's queries, keys and values from the up projections (the latents stay); the experts' activation
+# output (their FC2 input).
+RECOMPUTED = {"core_attn": SELECTIVE,
+              "layernorm": ("qkv_input", "q_input", "q_down_input", "kv_down_input", "fc1_input", "router_input",
+                            "shared_fc1_input"),
+              "mla_up_proj": ("query_key_value",),
+              "moe_act": ("moe_fc2_input",)}
 
 
 def _core_attention(shape: LayerShape) -> CoreAttention:
@@ -204,15 +218,21 @@ def _core_attention(shape: LayerShape) -> CoreAttention:
     return CoreAttention(b, heads, sq, skv, head_dim, shape.flash, drop, saves)
 
 
-def saved_tensors(shape: LayerShape, recompute: str | None = None) -> dict[str, float]:
+def saved_tensors(shape: LayerShape, recompute: str | None = None, fp8: bool = False) -> dict[str, float]:
     """Bytes one decoder layer keeps for its backward, per micro-batch, on one GPU. recompute: None, 'selective'
-    (no s x s tensors; flash keeps no log-sum-exp) or 'full' (only the layer's input)."""
+    (what shape.recompute_modules rerun, RECOMPUTED: by default core attention's s x s tensors, and flash keeps
+    no log-sum-exp) or 'full' (only the layer's input). fp8: the GEMMs run in FP8, and Transformer Engine keeps
+    the FP8 copy of each one's input for its weight gradient (one byte an element; the router stays 16-bit)."""
+    from .moe.ops import GroupedLinear  # (moe/ops.py builds on this module's operations)
     if recompute == "full":
         return {"layer_input": shape.sp_tokens * shape.model.hidden_size * shape.elem}
+    dropped = {n for m in shape.recompute_modules for n in RECOMPUTED[m]} if recompute == "selective" else set()
     out: dict[str, float] = {}
     for op in decoder_layer(shape):
+        cast = fp8 and isinstance(op, (Linear, GroupedLinear)) and op.group != "router"
         for name, nbytes in op.saves:
-            if recompute != "selective" or name not in SELECTIVE:
+            nbytes = nbytes / shape.elem if cast else nbytes
+            if name not in dropped:
                 out[name] = out.get(name, 0) + nbytes
     return out
 
@@ -228,5 +248,5 @@ def forward_flops_per_token(c: TransformerConfig, causal: bool = False) -> dict[
     return out
 
 
-__all__ = ["SELECTIVE", "CoreAttention", "LayerShape", "Linear", "Pointwise", "decoder_layer",
+__all__ = ["RECOMPUTED", "SELECTIVE", "CoreAttention", "LayerShape", "Linear", "Pointwise", "decoder_layer",
            "forward_flops_per_token", "saved_tensors"]

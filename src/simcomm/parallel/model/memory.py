@@ -86,8 +86,8 @@ def _stage_parameters(layout, rank: int) -> dict[str, float]:
 
 # ---- activations -----------------------------------------------------------------------------------------------
 @lru_cache(maxsize=4096)
-def layer_activation_bytes(shape: LayerShape, recompute: str | None = None) -> float:
-    return float(sum(saved_tensors(shape, recompute).values()))
+def layer_activation_bytes(shape: LayerShape, recompute: str | None = None, fp8: bool = False) -> float:
+    return float(sum(saved_tensors(shape, recompute, fp8).values()))
 
 
 def korthikanti_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
@@ -146,11 +146,12 @@ def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> floa
 def _activations(layout, shape: LayerShape, rank: int, chunk: int) -> float:
     cfg, c = layout.config, layout.model
     layers = layout.layers_of(rank, chunk)
+    fp8 = cfg.fp8_format is not None
     kept = layer_activation_bytes(shape, "full") if cfg.recompute_granularity == "full" else 0.0
     total = 0.0
     for i, layer in enumerate(layers):
         full = layer_activation_bytes(layout.shape_of(layer), cfg.recompute_granularity
-                                      if cfg.recompute_granularity != "full" else None)
+                                      if cfg.recompute_granularity != "full" else None, fp8)
         if cfg.recompute_granularity == "full":
             n = cfg.recompute_num_layers or 1
             if cfg.recompute_method == "block":
@@ -173,7 +174,7 @@ def _transient(layout, shape: LayerShape, rank: int) -> dict[str, float]:
     out = {}
     if cfg.recompute_granularity == "full":
         n = 1 if cfg.recompute_method == "block" else (cfg.recompute_num_layers or 1)
-        out["recompute_working_set"] = n * layer_activation_bytes(shape)
+        out["recompute_working_set"] = n * layer_activation_bytes(shape, fp8=cfg.fp8_format is not None)
     if rank == layout.dims.pp - 1:
         out["logits"] = shape.tokens * c.padded_vocab_size / shape.tp * (shape.elem + 4)
     if layout.sharding.weights:

@@ -45,7 +45,8 @@ class Kernel:
 class LayerComm:
     """Communication beside the compute: a collective over the GPU's TP, EP or ETP group (nbytes = nccl-tests' S),
     or `steps` ring sends of nbytes each to the next CP rank. An EP all-to-all sends per_peer[j] bytes from every
-    rank to EP rank j (`back`: the transposed exchange, rank j returning them)."""
+    rank to EP rank j (`back`: the transposed exchange, rank j returning them); DeepEP's ("deepep", the flex
+    dispatcher) is timed as moe/deepep.py says."""
 
     name: str
     axis: str  # "tp", "cp", "ep" or "etp"
@@ -54,6 +55,7 @@ class LayerComm:
     steps: int = 1
     per_peer: tuple[float, ...] = ()
     back: bool = False
+    deepep: object = None  # the flex dispatcher's exchange (moe/deepep.py); per_peer then counts rows
 
 
 @dataclass(frozen=True)
@@ -213,8 +215,9 @@ def _grouped(name: str, counts: tuple, n: int, k: int, grouped: bool, wgrad: boo
 def _exchange(op: TokenExchange, backward: bool) -> LayerComm:
     """An MoE exchange; in the backward the adjoint: all-to-all the other way, reduce-scatter for all-gather."""
     name = op.name + (".backward" if backward else "")
-    if op.collective == "all_to_all":
-        return LayerComm(name, op.axis, "all_to_all", op.nbytes, per_peer=op.per_peer, back=op.back != backward)
+    if op.collective in ("all_to_all", "deepep"):
+        return LayerComm(name, op.axis, op.collective, op.nbytes, per_peer=op.per_peer, back=op.back != backward,
+                         deepep=op.deepep)
     adjoint = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}[op.collective]
     return LayerComm(name, op.axis, adjoint if backward else op.collective, op.nbytes)
 
@@ -246,16 +249,45 @@ def _counts_gather(shape: LayerShape) -> LayerComm:
                      float(shape.ep * shape.model.num_moe_experts * 8))
 
 
+def _shared_beside(shape: LayerShape, ops) -> dict:
+    """moe_shared_expert_overlap (Megatron-Core's SharedExpertMLP): the shared expert's FC1 and activation run
+    beside the dispatch, its FC2 (and gate) beside the combine, each on its own stream; under TP its input is
+    gathered before the dispatch and its output reduced after the combine. {exchange name: (kernels, TP
+    communication before, after)}; empty without the overlap (or without a shared expert or EP)."""
+    shared = [op for op in ops if op.name.startswith("shared_expert.")]
+    if not (shape.shared_expert_overlap and shared and shape.ep > 1):
+        return {}
+    kernels = [_mem(op.name, op.forward_bytes, op.op_class) if isinstance(op, Pointwise) else
+               _gemm(op.name, op.m, op.n, op.k) for op in shared]
+    fc2 = next(i for i, op in enumerate(shared) if op.name == "shared_expert.fc2")
+    gather = _gather(shape, "shared_expert.fc1.all_gather")
+    reduce = _reduce(shape, f"shared_expert.fc2.{'reduce_scatter' if shape.sp else 'all_reduce'}")
+    return {"moe.dispatch": (tuple(kernels[:fc2]), gather, None),
+            "moe.combine": (tuple(kernels[fc2:]), None, reduce)}
+
+
 def layer_forward(shape: LayerShape) -> list[LayerStep]:
     """One decoder layer's forward: its operations in order, each product with its TP communication."""
     b = _Builder(shape)
-    for op in decoder_layer(shape):
+    ops = decoder_layer(shape)
+    beside = _shared_beside(shape, ops)
+    for op in ops:
+        if beside and op.name.startswith("shared_expert."):
+            continue  # run beside the exchanges
         if isinstance(op, Pointwise):
             b.compute(_mem(op.name, op.forward_bytes, op.op_class))
         elif isinstance(op, Linear):
             _linear_forward(b, op)
         elif isinstance(op, GroupedLinear):
             b.compute(*_grouped(op.name, op.counts, op.n, op.k, op.grouped))
+        elif isinstance(op, TokenExchange) and op.name in beside:
+            kernels, before, after = beside[op.name]
+            if before is not None:
+                b.exposed(before)
+            comm = (_counts_gather(shape),) if op.axis == "ep" and not op.back else ()
+            b.beside(kernels, *comm, _exchange(op, backward=False))
+            if after is not None:
+                b.exposed(after)
         elif isinstance(op, TokenExchange):
             if op.axis == "ep" and not op.back:
                 b.exposed(_counts_gather(shape))
@@ -288,10 +320,27 @@ def layer_backward(shape: LayerShape, part: str = "all") -> list[LayerStep]:
     return b.steps
 
 
+RERUN = {"layernorm": ("input_norm", "pre_mlp_norm"), "mla_up_proj": ("q_up", "kv_up", "rope"),
+         "moe_act": ("moe.swiglu", "moe.gelu")}  # the operations of each recompute module (layer.RECOMPUTED)
+
+
 def selective_recompute(shape: LayerShape) -> list[LayerStep]:
-    """What selective recomputation reruns before a layer's backward: core attention's forward."""
+    """What selective recomputation reruns before a layer's backward, in forward order: the forwards of the
+    recompute_modules' operations (core_attn: core attention, with its CP ring; layernorm: the two norms;
+    mla_up_proj: MLA's up projections, with their SP gathers, and RoPE; moe_act: the experts' activation)."""
     b = _Builder(shape)
-    _attention(b, next(op for op in decoder_layer(shape) if isinstance(op, CoreAttention)), backward=False)
+    names = {n for m in shape.recompute_modules for n in RERUN.get(m, ())}
+    mla = shape.model.multi_latent_attention
+    for op in decoder_layer(shape):
+        if isinstance(op, CoreAttention):
+            if "core_attn" in shape.recompute_modules:
+                _attention(b, op, backward=False)
+        elif op.name not in names or op.name == "rope" and not mla:
+            continue
+        elif isinstance(op, Pointwise):
+            b.compute(_mem(op.name, op.forward_bytes, op.op_class))
+        else:
+            _linear_forward(b, op)
     return b.steps
 
 

@@ -3,7 +3,8 @@
 A forward (a backward, or its input half I) waits for its activation (gradient) from the neighbouring stage, runs
 its pass on the compute stream (Session.compute, tagged), cut where a part must wait for its parameters, and sends
 its output over the real network (blocking, as Megatron-LM's p2p is, unless overlap_p2p_comm); a weight pass (W)
-waits for nothing; DualPipe's overlapped pair runs as its forward, then its backward. Each StageTiming owns its time
+waits for nothing; DualPipe's overlapped pair runs as its forward, then its backward, or interleaved
+(pair_timing.py, overlapped_pair.py). Each StageTiming owns its time
 breakdown (step_result.CATEGORIES): the kernels of its passes (forward, backward, recompute, and the TP and CP
 communication they leave exposed, and how much longer they took for sharing the GPU: interference), pp (a blocking
 send in flight or waiting for its receiver, or waiting for an activation or gradient already on the wire), dp
@@ -28,6 +29,8 @@ import math
 from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
 from .actions import FORWARD, INPUT_GRADIENT, PHASE_NAMES, WEIGHT_GRADIENT, computations
+from .overlapped_pair import slowed
+from .pair_timing import OverlappedPairs
 
 
 # The schedules whose p2p follows Megatron-LM's (blocking, batched exchanges; receives posted by _posted_with);
@@ -45,11 +48,13 @@ class Pipeline:
         self.activation_bytes = activation_bytes
         dims = layout.dims
         self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
+        self.placement = layout.placement
         self.arrivals: dict = {}  # (F | B, microbatch, rank, chunk it is for) -> [event, time its transfer started]
         self.posted: dict = {}  # the same keys -> event: its receive is posted
         # (rank, action, pass, its compute jobs as (first part, end part, progress)), in the order the passes ended
         self.instances: list = []
         self._mixes: dict = {}
+        self._spans: dict = {}
         self.stages = [StageTiming(self, r) for r in range(dims.pp)]
 
     def arrival(self, key) -> list:
@@ -62,6 +67,14 @@ class Pipeline:
         if key not in self.posted:
             self.posted[key] = self.env.event()
         return self.posted[key]
+
+    def span(self, p, x, y) -> float:
+        """_span(p, x, y), worked out once per pass and cut (a step runs each pass many times)."""
+        key = (id(p), x, y)
+        got = self._spans.get(key)
+        if got is None:
+            got = self._spans[key] = _span(p, x, y)
+        return got
 
     def mix(self, p, i: int, j: int) -> Mix | None:
         """What parts i..j-1 of pass p are made of (their templates' kernels and idle waits), for the engine to
@@ -94,6 +107,9 @@ class StageTiming:
         dp = pipeline.dp
         self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
         self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
+        self.receives = [self._receives(a) for a in self.actions]  # the arrival each waits for, or None
+        self.outputs = [self._output(a) for a in self.actions]  # the (rank, chunk) each one's output goes to
+        self.pairs = OverlappedPairs(self, pipeline.layout.schedule[rank])  # ... unless they interleave
         self.last_backward = {c: max(i for i, a in enumerate(self.actions) if a.phase in WEIGHT_GRADIENT and
                                      a.chunk == c) for c in range(pipeline.layout.chunks)}
 
@@ -102,35 +118,43 @@ class StageTiming:
         (where the layout's placement puts it), runs, and sends its output on. A send waits for its receive
         (p2p_rendezvous): Megatron's schedules post receives as _posted_with says; torch.distributed.pipelining's
         (zero bubble, V, DualPipe, looped BFS) issue their irecvs ahead, so every receive is posted at the start."""
-        layout, dp, placement = self.p.layout, self.p.dp, self.p.layout.placement
-        cfg, actions = layout.config, self.actions
+        layout, dp = self.p.layout, self.p.dp
+        cfg, actions, receives = layout.config, self.actions, self.receives
         megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
         interleaved, deferred = layout.chunks > 1 and megatron, []
         lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
         steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
         if not megatron:
-            self._post(*(k for k in map(self._receives, actions) if k is not None))
+            self._post(*(k for k in receives if k is not None))
         for i, a in enumerate(actions):
             forward = a.phase == FORWARD
-            key = self._receives(a)
+            key = receives[i]
             if key is not None:
                 self._post(key)  # a blocking recv of its own, unless posted with an earlier action
             when, ahead = _posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
-            ahead = [k for k in map(self._receives, ahead) if k is not None]
-            yield from self._wait([self.p.arrival(key)] if key is not None else [])
+            ahead = [k for k in (receives[j] for j in ahead) if k is not None]
+            # an interleaved pair runs both its passes at its forward (index i); its backward (i + 1) has run then
+            together, ran = self.pairs.together(i), self.pairs.ran(i)
+            if together:
+                b = actions[i + 1]
+                yield from self._wait([self.p.arrival(k) for k in (key, receives[i + 1]) if k is not None])
+                dp.on_backward(self.rank, b, self.pairs.pass_of(b), i + 1 == self.last_backward[b.chunk])
+                yield from self.pairs.run(a, b)
+            elif not ran:
+                yield from self._wait([self.p.arrival(key)] if key is not None else [])
             p = self.p.passes[(self.rank, a.chunk, a.phase)]
-            tags = {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk, "phase": PHASE_NAMES[a.phase]}
-            if a.phase in WEIGHT_GRADIENT:
+            tags = self.tags(a)
+            if a.phase in WEIGHT_GRADIENT and not ran:
                 dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
             if when == "start":
                 self._post(*ahead)
-            yield from self._run_pass(a, p, tags)
-            if forward and placement.next(self.rank, a.chunk) is None:
+            if not (together or ran):
+                yield from self._run_pass(a, p, tags)
+            to = self.outputs[i]
+            if forward and to is None:
                 yield from self._loss_all_reduce(tags)
             if when == "end":
                 self._post(*ahead)
-            to = placement.next(self.rank, a.chunk) if forward else \
-                placement.prev(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
             sends, deferred = deferred, []
             if to is not None and to[0] == self.rank:  # the V's turn: handed to the other chunk on this GPU
                 slot = self.p.arrival(("F" if forward else "B", a.microbatch, *to))
@@ -139,9 +163,12 @@ class StageTiming:
             elif to is not None:
                 sends.append((("F" if forward else "B", a.microbatch, *to), tags))
             if cfg.p2p_rendezvous and interleaved and steady and not cfg.overlap_p2p_comm and forward and \
-                    i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
-                deferred, sends = sends, []  # a steady iteration's exchange follows its backward
+                    i + 1 < len(actions) and actions[i + 1].phase != FORWARD or together:
+                deferred, sends = sends, []  # a steady iteration's (a pair's) exchange follows its backward
             yield from self._exchange(sends)
+
+    def tags(self, a) -> dict:
+        return {"stage": self.rank, "microbatch": a.microbatch, "chunk": a.chunk, "phase": PHASE_NAMES[a.phase]}
 
     def _exchange(self, sends):
         """Send each (arrival key, tags); Megatron's p2p blocks the sender until they are through (unless
@@ -156,9 +183,17 @@ class StageTiming:
         self.idle(t, waited)
         self.acc["pp"] += self.env.now - t - waited
 
+    def _output(self, a):
+        """The (rank, chunk) an action's output goes to: a forward's to the next stage, an input gradient's to the
+        previous one; None for a weight pass and past either end."""
+        placement = self.p.placement
+        if a.phase == FORWARD:
+            return placement.next(self.rank, a.chunk)
+        return placement.prev(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
+
     def _receives(self, a):
         """The arrival an action waits for: (F | B, microbatch, this rank, its chunk), or None."""
-        placement = self.p.layout.placement
+        placement = self.p.placement
         if a.phase == FORWARD:
             source = placement.prev(self.rank, a.chunk)
         else:
@@ -217,7 +252,7 @@ class StageTiming:
             if y <= x:
                 continue
             i, j = math.floor(x), math.ceil(y)
-            secs = _span(p, x, y)
+            secs = self.p.span(p, x, y)
             t0, origin = env.now, _at(p, x)
             op = self.session.compute(self.ranks, seconds=secs, tags={**tags, "annotation": "pass"}, label=_label(a),
                                       kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
@@ -268,26 +303,20 @@ class StageTiming:
         return op
 
 
-def slowed(took: float, alone: float) -> float:
-    """How much longer work took than alone: never below 0 (now - start can round a hair under `alone` when
-    nothing slowed it, which made a breakdown's interference -1.5e-20 s)."""
-    return max(0.0, took - alone)
-
-
 def _posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
-    """The receives a rank posts around action i's pass, as Megatron's schedules do: ('start', next actions) with
-    overlap_p2p_comm (asynchronous receives posted before the compute); ('end', next actions) when they are batched
-    with action i's send (send_forward_recv_backward and the like; in the interleaved schedule every exchange is
-    batched, and the one after a backward, or after the last warm-up forward, also receives the next backward's
-    gradient); ('wait', []) when the next receive is a blocking call of its own after the send (1F1B's warm-up and
-    cool-down)."""
+    """The receives a rank posts around action i's pass, as Megatron's schedules do: ('start', next actions, by
+    index) with overlap_p2p_comm (asynchronous receives posted before the compute); ('end', next actions) when they
+    are batched with action i's send (send_forward_recv_backward and the like; in the interleaved schedule every
+    exchange is batched, and the one after a backward, or after the last warm-up forward, also receives the next
+    backward's gradient); ('wait', []) when the next receive is a blocking call of its own after the send (1F1B's
+    warm-up and cool-down)."""
     nxt = list(actions[i + 1:i + 3])
     if not nxt:
         return "wait", []
     if interleaved and len(nxt) == 2 and nxt[0].phase == FORWARD and nxt[1].phase != FORWARD:
-        ahead = nxt
+        ahead = [i + 1, i + 2]
     else:
-        ahead = nxt[:1]
+        ahead = [i + 1]
     if overlap:
         return "start", ahead
     if interleaved or actions[i].phase != nxt[0].phase:
@@ -322,4 +351,4 @@ def _label(a) -> str:
     return f"{a.phase}{a.microbatch}" + (f" chunk {a.chunk}" if a.chunk else "")
 
 
-__all__ = ["Pipeline", "StageTiming"]
+__all__ = ["Pipeline", "StageTiming", "slowed"]

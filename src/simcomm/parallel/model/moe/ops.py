@@ -6,7 +6,8 @@ top-k; the permutation of the Ts k routed rows by expert; the dispatch: the per-
 then an all-to-all over EP (rows for EP rank j's experts to j), then, with ETP > 1, an all-gather over ETP; the
 experts' FC1, activation (weighted by the routing probability) and FC2 as grouped GEMMs over the rows each local
 expert received; the combine in reverse (ETP reduce-scatter, all-to-all back); the unpermutation; the shared
-expert, a dense MLP under TP.
+expert, a dense MLP under TP. With the flex dispatcher (moe_token_dispatcher_type flex) the exchanges are DeepEP's
+(deepep.py: node-limited, IB then NVLink) and the permutation puts the rows in local-expert order at once (no sort).
 
 The routing is an input (LayerShape.routing: each expert's share of the routed rows; empty: perfectly balanced).
 Every GPU of an EP group routes its tokens alike, so the busiest EP rank -- the one whose experts have the largest
@@ -21,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from .balance import routed_counts, routing_shares
+from .deepep import DeepEPExchange, row_bytes
 from .dispatch import splits_by_rank
 from .router import expert_rows
 
@@ -56,6 +58,7 @@ class TokenExchange:
     per_peer: tuple[float, ...] = ()
     back: bool = False
     saves: tuple[tuple[str, float], ...] = ()
+    deepep: DeepEPExchange | None = None  # the flex dispatcher's exchange (collective "deepep"; per_peer: rows)
 
 
 @dataclass(frozen=True)
@@ -103,11 +106,20 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
     ops = [Linear("router", Ts, E, h, "none", "router", (("router_input", Ts * h * e),)),
            Pointwise("router.topk", Ts * E * 4 * 3, Ts * E * 4 * 3, "softmax", (("router_probs", Ts * E * 4),)),
            Pointwise("moe.permute", (Ts + rows) * h * e, (Ts + rows) * h * e)]
-    if ep > 1:
+    flex = None
+    if shape.dispatcher == "flex":
+        flex = DeepEPExchange(Ts, row_bytes(h, e, shape.dispatch_fp8), row_bytes(h, e, False), E, k,
+                              c.moe_router_num_groups, c.moe_router_group_topk, shape.deepep_sms)
+    if ep > 1 and flex is not None:
+        ops.append(TokenExchange("moe.dispatch", "ep", "deepep", sum(sent), tuple(map(float, r.to_rank)),
+                                 deepep=flex))
+    elif ep > 1:
         ops.append(TokenExchange("moe.dispatch", "ep", "all_to_all", sum(sent), sent))
     if etp > 1:
         ops.append(TokenExchange("moe.dispatch.etp", "etp", "all_gather", float(R * h * e)))
-    sorts = E // ep > 1 and ep * etp > 1  # rows arrive by source rank: sorted by local expert (and back)
+    # rows arrive by source rank: sorted by local expert (and back); the flex dispatcher permutes the tokens
+    # DeepEP delivered into local-expert order once (Megatron-Core's flex dispatcher), so nothing is sorted
+    sorts = E // ep > 1 and ep * etp > 1 and flex is None
     if sorts:
         ops.append(Pointwise("moe.sort", 2 * R * h * e, 2 * R * h * e))
     act = "swiglu" if c.swiglu else "gelu"
@@ -119,7 +131,10 @@ def moe_mlp(shape, Linear, Pointwise) -> list:
         ops.append(Pointwise("moe.unsort", 2 * R * h * e, 2 * R * h * e))
     if etp > 1:
         ops.append(TokenExchange("moe.combine.etp", "etp", "reduce_scatter", float(R * h * e)))
-    if ep > 1:
+    if ep > 1 and flex is not None:
+        ops.append(TokenExchange("moe.combine", "ep", "deepep", float(ep * r.to_rank[r.busiest] * h * e),
+                                 tuple(map(float, r.to_rank)), back=True, deepep=flex))
+    elif ep > 1:
         ops.append(TokenExchange("moe.combine", "ep", "all_to_all", float(ep * r.to_rank[r.busiest] * h * e), sent,
                                  back=True))
     ops.append(Pointwise("moe.unpermute", (rows + Ts) * h * e, (rows + Ts) * h * e,
