@@ -17,7 +17,7 @@ one bucket per model chunk without.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from ..errors import SimcommError
 from .config import ConfigError, TrainingConfig
@@ -61,7 +61,7 @@ class Layout:
     def world_size(self) -> int:
         return self.dims.world_size
 
-    @property
+    @cached_property  # asked for per layer and pass (has_embedding, has_output)
     def placement(self) -> Placement:
         """Which model stage each (pipeline rank, chunk) holds (the schedule's: loop, V or DualPipe's two ways)."""
         return SCHEDULES[self.schedule_name].placement(self.dims.pp, self.chunks)

@@ -22,8 +22,10 @@ Passes, all deterministic (the result does not depend on the number of workers):
 3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its schedule bound,
    the schedule's makespan (schedules.timeline) of its real passes (layer templates timed on the simulated cluster,
    their TP and CP communication included) with free pipeline transfers, plus the optimizer; a layout with a
-   schedule bound is simulated in full (StepModel). Each bound is below the next (a pass takes at least its
-   kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
+   schedule bound gets its interference bound where that is higher, each rank's passes slowed by the least the
+   data-parallel communication beside them can slow them (interference_bound.py), plus the optimizer; a layout
+   with an interference bound is simulated in full (StepModel). Each bound is below the next (a pass takes at
+   least its kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
    stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated
    step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
 4. on request, the scenario's own layout (the base config as given) evaluated and ranked among them, and the best
@@ -43,6 +45,7 @@ from ..workers import RayPool
 from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
 from .frameworks import refusal
+from .interference_bound import interference_bound
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
@@ -177,7 +180,7 @@ _STATE: dict = {}
 
 def _init(cluster, model, base) -> None:
     _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={},
-                  ranks={}, alone=None)
+                  ranks={}, alone=None, collectives={})
 
 
 def _layout(c: Candidate | TrainingConfig):
@@ -209,16 +212,22 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
     return _STATE["kernels"][key]
 
 
-def _kernel_seconds(sim: StepModel, rank: int, chunk: int, phase: str) -> float:
-    """A pass's kernels' seconds (no communication), by what they depend on: shared by many layouts."""
+def _kernel_seconds(sim: StepModel):
+    """seconds(rank, chunk, phase): a pass's kernels' seconds (no communication), by what they depend on: shared by
+    many layouts."""
     L, cfg = sim.layout, sim.cfg
-    moe = tuple(L.model.moe_layers[i] for i in L.layers_of(rank, chunk))
-    key = (sim.shape, L.moe_layer_shape, sim.cm.key, phase, moe,
-           L.has_embedding(rank, chunk), L.has_output(rank, chunk), cfg.recompute_granularity, cfg.recompute_method,
-           cfg.recompute_num_layers)
-    if key not in _STATE["seconds"]:
-        _STATE["seconds"][key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration
-    return _STATE["seconds"][key]
+    moe, cache = L.model.moe_layers, _STATE["seconds"]
+    common = (sim.shape, L.moe_layer_shape, sim.cm.key, cfg.recompute_granularity, cfg.recompute_method,
+              cfg.recompute_num_layers)
+
+    def seconds(rank: int, chunk: int, phase: str) -> float:
+        key = (common, phase, tuple(moe[i] for i in L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
+               L.has_output(rank, chunk))
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration
+        return got
+    return seconds
 
 
 def compute_bound(layout, seconds, optimizer: float) -> float:
@@ -291,11 +300,11 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
     key = (sim.shape, sim.cm.key, layout.stage_layers, cfg.recompute_granularity, cfg.recompute_method,
            cfg.recompute_num_layers, layout.dims.ep, layout.dims.etp)  # the experts' grid changes MoE passes
     if _starts_bound(layout):
-        bound_ = compute_bound(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph), optimizer)
+        bound_ = compute_bound(layout, _kernel_seconds(sim), optimizer)
     else:
         ranks = _STATE["ranks"].get(key)
         if ranks is None:
-            ranks = _STATE["ranks"][key] = _rank_seconds(layout, lambda r, c, ph: _kernel_seconds(sim, r, c, ph))
+            ranks = _STATE["ranks"][key] = _rank_seconds(layout, _kernel_seconds(sim))
         bound_ = _critical_path(layout.microbatches, ranks) + optimizer
     row.update(bound=bound_ * (1 - 1e-9), bound_kind="compute")  # slack: sums in another order than the templates'
     return row
@@ -303,12 +312,25 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
 
 def bound(c: Candidate) -> dict:
     """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
+    layout, sim, passes, optimizer = _passes(c)
+    times = timeline(*timed_schedule(layout, passes), placement=layout.placement)  # as timing.py runs pairs
+    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
+
+
+def slowed_bound(c: Candidate) -> dict:
+    """The interference bound of a candidate that fits: its passes slowed by the least the data-parallel
+    communication beside them can slow them (interference_bound.py), plus the optimizer (the search keeps the
+    schedule bound where that is higher)."""
+    layout, sim, passes, optimizer = _passes(c)
+    return {"bound": interference_bound(layout, passes, _STATE["cluster"], _STATE["collectives"]) + optimizer,
+            "bound_kind": "interference"}
+
+
+def _passes(c: Candidate):
     layout = _layout(c)
     sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
-    passes = sim.build_passes()
-    times = timeline(*timed_schedule(layout, passes), placement=layout.placement)  # as timing.py runs pairs
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
+    return layout, sim, sim.build_passes(), optimizer
 
 
 def simulate(c: Candidate | TrainingConfig) -> dict:
@@ -366,7 +388,7 @@ class PlanResult:
     @property
     def schedule_bounds(self) -> int:
         """Layouts whose schedule bound was computed (the others that fit have a compute bound)."""
-        return sum(r.get("bound_kind") == "schedule" for r in self.rows)
+        return sum(r.get("bound_kind") in ("schedule", "interference") for r in self.rows)
 
 
 def _map(pool, fn, items, progress, done, total):
@@ -456,10 +478,14 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
     return PlanResult(rows, len(cands), simulated, proven, own=mine)
 
 
+REFINE = {"compute": bound, "schedule": slowed_bound}  # each grade of lower bound, refined to the next
+
+
 def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int) -> tuple[int, bool]:
     """Simulate layouts best first over their lower bounds, `run(fn, indices)` doing the work: a compute bound is
-    refined to a schedule bound, a schedule bound simulated, until the best simulated step is below every bound
-    left (proven) or `max_simulate` ran. Returns (layouts simulated, proven)."""
+    refined to a schedule bound, a schedule bound to an interference bound, an interference bound simulated,
+    until the best simulated step is below every bound left (proven) or `max_simulate` ran. Returns (layouts
+    simulated, proven)."""
     heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
     heapq.heapify(heap)
     simulated = 0
@@ -469,14 +495,15 @@ def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int
             break
         want = SIMULATE_BATCH if simulated >= simulate_at_least else simulate_at_least - simulated
         want = min(want, max_simulate - simulated)
-        # the lowest bounds: refine the compute bounds among them until the lowest `want` are schedule bounds
+        # the lowest bounds: refine the loosest grade among them until the lowest `want` are interference bounds
         top = [t for t in heapq.nsmallest(want, heap) if simulated < simulate_at_least or t[0] < best]
-        if any(rows[i]["bound_kind"] == "compute" for _b, i in top):
-            batch = [i for _b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap)
-                     if rows[i]["bound_kind"] == "compute"]
+        kind = next((k for k in REFINE if any(rows[i]["bound_kind"] == k for _b, i in top)), None)
+        if kind is not None:
+            batch = [i for _b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap) if rows[i]["bound_kind"] == kind]
             drop = set(batch)
             heap = [(b, i) for b, i in heap if i not in drop]
-            for i, res in run(bound, batch):
+            for i, res in run(REFINE[kind], batch):
+                res["bound"] = max(res["bound"], rows[i]["bound"])  # each grade a lower bound: the highest holds
                 rows[i].update(res)
                 heap.append((res["bound"], i))
             heapq.heapify(heap)

@@ -49,10 +49,25 @@ def bytes_per_parameter(param_bytes: int, grad_bytes: int, zero_stage: int, shar
     return {"weights": p, "gradients": g, "optimizer_state": o}
 
 
+_PARAMETERS: dict = {}
+
+
 def stage_parameters(layout, rank: int) -> dict[str, float]:
     """Parameters one GPU of pipeline rank `rank` holds: decoder layers (TP-split matrices, replicated norms), an
     MoE model's routed experts apart, the embedding on the first rank, the output layer on the last (tied weights:
-    a copy when pp > 1)."""
+    a copy when pp > 1). Cached by what they depend on: a layout search asks for thousands of layouts that differ
+    only in their batch, schedule, ZeRO stage or recomputation."""
+    dims = layout.dims
+    key = (layout.model, dims.tp, dims.ep, dims.etp, dims.pp, rank, layout.stage_layers[rank])
+    got = _PARAMETERS.get(key)
+    if got is None:
+        if len(_PARAMETERS) >= 4096:
+            _PARAMETERS.clear()
+        got = _PARAMETERS[key] = _stage_parameters(layout, rank)
+    return dict(got)
+
+
+def _stage_parameters(layout, rank: int) -> dict[str, float]:
     c, tp = layout.model, layout.dims.tp
     layers = [i for ch in range(layout.chunks) for i in layout.layers_of(rank, ch)]
     experts = sum(layout.expert_params_of(i) for i in layers)
@@ -109,8 +124,26 @@ class StageMemory:
                 "categories": dict(self.categories), **self.details}
 
 
+_ACTIVATIONS: dict = {}
+
+
 def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> float:
-    """Bytes one micro-batch leaves on this GPU after the forward of model chunk `chunk`."""
+    """Bytes one micro-batch leaves on this GPU after the forward of model chunk `chunk` (cached by what they depend
+    on, as stage_parameters)."""
+    cfg = layout.config
+    moe = layout.model.moe_layers  # the layers' bytes depend on which are MoE, not on which layers they are
+    key = (shape, layout.moe_layer_shape, cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers,
+           tuple(moe[i] for i in layout.layers_of(rank, chunk)), layout.has_embedding(rank, chunk),
+           layout.has_output(rank, chunk))
+    got = _ACTIVATIONS.get(key)
+    if got is None:
+        if len(_ACTIVATIONS) >= 4096:
+            _ACTIVATIONS.clear()
+        got = _ACTIVATIONS[key] = _activations(layout, shape, rank, chunk)
+    return got
+
+
+def _activations(layout, shape: LayerShape, rank: int, chunk: int) -> float:
     cfg, c = layout.config, layout.model
     layers = layout.layers_of(rank, chunk)
     fp8 = cfg.fp8_format is not None

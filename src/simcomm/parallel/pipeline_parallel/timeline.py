@@ -35,8 +35,9 @@ def check(sched: Schedule, placement: Placement | None = None) -> None:
     placement = placement or default_placement(sched)
     ran = [_check_rank(r, acts) for r, acts in enumerate(sched)]
     for r, held in enumerate(ran):
+        sides = {c: (("previous", placement.prev(r, c)), ("next", placement.next(r, c))) for _m, c in held}
         for (m, c), phases in held.items():
-            for side, where in (("previous", placement.prev(r, c)), ("next", placement.next(r, c))):
+            for side, where in sides[c]:
                 if where is not None and (m, where[1]) not in ran[where[0]]:
                     raise SimcommError(f"the pipeline schedule is incomplete: micro-batch {m} runs on rank {r} "
                                        f"chunk {c} but not on the {side} stage (rank {where[0]} chunk {where[1]})")
@@ -47,10 +48,12 @@ def _check_rank(rank: int, acts) -> dict[tuple[int, int], list[str]]:
     """{(micro-batch, chunk): phases in order} of one rank, each a valid sequence."""
     held: dict[tuple[int, int], list[str]] = {}
     for a in computations(acts):
-        phases = held.setdefault((a.microbatch, a.chunk), [])
-        want = {0: (FORWARD,), 1: (BACKWARD, BACKWARD_INPUT), 2: (BACKWARD_WEIGHT,) if phases[-1:] ==
-                [BACKWARD_INPUT] else ()}.get(len(phases), ())
-        if a.phase not in want:
+        phases = held.get((a.microbatch, a.chunk))
+        if phases is None:
+            phases = held[(a.microbatch, a.chunk)] = []
+        n = len(phases)
+        if not (a.phase == FORWARD if n == 0 else a.phase in INPUT_GRADIENT if n == 1 else
+                n == 2 and a.phase == BACKWARD_WEIGHT and phases[1] == BACKWARD_INPUT):
             before = " ".join(p + str(a.microbatch) for p in phases) or "nothing"
             raise SimcommError(f"the pipeline schedule runs {a} on rank {rank} after {before} of that micro-batch and "
                                "chunk: each needs a forward, then a B, or an I and then a W")
@@ -64,22 +67,26 @@ def _check_rank(rank: int, acts) -> dict[tuple[int, int], list[str]]:
 
 def _check_channels(sched: Schedule, placement: Placement) -> None:
     """Between two ranks, each kind of message (one p2p tag) is received in the order it is sent."""
-    sent: dict[tuple, list[str]] = {}
-    received: dict[tuple, list[str]] = {}
+    sent: dict[tuple, list[tuple[int, int]]] = {}  # (src, dst, kind) -> (micro-batch, chunk it is for), in order
+    received: dict[tuple, list[tuple[int, int]]] = {}
     for r, acts in enumerate(sched):
+        moves: dict[tuple[str, int], tuple] = {}  # (phase, chunk) -> its transfers: a schedule repeats a few
         for a in computations(acts):
-            for kind, peer, outgoing in _transfers(a, r, placement):
-                chunk = peer[1] if outgoing else a.chunk
-                name = f"{a.microbatch}" + (f".{chunk}" if chunk else "")
-                (sent if outgoing else received).setdefault((r, peer[0], kind) if outgoing else (peer[0], r, kind),
-                                                            []).append(name)
+            got = moves.get((a.phase, a.chunk))
+            if got is None:
+                got = moves[(a.phase, a.chunk)] = tuple(
+                    ((r, peer[0], kind), peer[1], sent) if outgoing else ((peer[0], r, kind), a.chunk, received)
+                    for kind, peer, outgoing in _transfers(a, r, placement))
+            for key, chunk, into in got:
+                into.setdefault(key, []).append((a.microbatch, chunk))
     for key in sorted(set(sent) | set(received)):
         s, got = sent.get(key, []), received.get(key, [])
         if s != got:
             src, dst, kind = key
+            name = lambda x: f"{x[0]}" + (f".{x[1]}" if x[1] else "")  # noqa: E731
             raise SimcommError(f"the pipeline schedule's sends and receives do not match: rank {src} sends the "
-                               f"{kind} of micro-batches {', '.join(s)} to rank {dst}, which receives them in the "
-                               f"order {', '.join(got)} (micro-batch.chunk it is for)")
+                               f"{kind} of micro-batches {', '.join(map(name, s))} to rank {dst}, which receives "
+                               f"them in the order {', '.join(map(name, got))} (micro-batch.chunk it is for)")
 
 
 def _transfers(a: Action, rank: int, placement: Placement):

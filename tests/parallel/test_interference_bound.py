@@ -1,0 +1,88 @@
+"""The layout search's interference-aware bound: never above the simulated step (interference on), above the
+schedule's makespan where data-parallel communication runs beside the compute, and its cheapest-fill law."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simcomm.errors import SimcommError
+from simcomm.hardware import build_cluster
+from simcomm.parallel import TrainingConfig, build_layout, model_preset
+from simcomm.parallel import search
+from simcomm.parallel.interference_bound import _extra, interference_bound
+from simcomm.parallel.pipeline_parallel.actions import computations
+from simcomm.parallel.pipeline_parallel.timeline import makespan, timeline
+from simcomm.parallel.step_cost import StepModel, optimizer_seconds
+
+CLUSTER = build_cluster("hgx-h100", nodes=2)
+MODEL = model_preset("llama3-8b", num_layers=4, seq_length=4096)
+SPACE = search.SearchSpace(micro_batch_size=(1, 2), recompute=(None, "selective", "full"), max_virtual=2)
+
+
+def _layouts(framework):
+    base = TrainingConfig(global_batch_size=16, **({"framework": framework} if framework else {}))
+    space = search.SearchSpace(**{**SPACE.__dict__, "framework": framework})
+    out = []
+    for c in search.candidates(MODEL, base, 16, 8, space):
+        try:
+            out.append(build_layout(MODEL, c.config(base), 16))
+        except SimcommError:
+            continue
+    return out
+
+
+LAYOUTS = [x for f in (None, "deepspeed", "torchtitan") for x in _layouts(f)]  # DeepSpeed: ZeRO-3 per module
+
+
+def _bounds(layout):
+    sim = StepModel(layout, CLUSTER, check_memory=False)
+    passes = sim.build_passes()
+    flat = [list(computations(acts)) for acts in layout.schedule]
+    span = makespan(timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, placement=layout.placement))
+    optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
+    return span + optimizer, interference_bound(layout, passes, CLUSTER, {}) + optimizer, sim
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(LAYOUTS))
+def test_the_bound_never_exceeds_the_simulated_step(layout):
+    assert CLUSTER.template.tuning.interference
+    _span, slowed, sim = _bounds(layout)
+    assert slowed <= sim.run().step_time, layout.describe()
+
+
+def test_every_zero_stage_schedule_and_framework_is_drawn_from():
+    assert {x.config.stage for x in LAYOUTS} == {0, 1, 2, 3}
+    assert {x.schedule_name for x in LAYOUTS} == {"1f1b", "interleaved_1f1b", "gpipe"}
+    assert any(x.config.framework == "deepspeed" and x.config.stage == 3 for x in LAYOUTS)
+
+
+def test_gradients_reduced_beside_every_micro_batch_raise_the_bound_above_the_makespan():
+    """ZeRO-2 reduce-scatters each micro-batch's gradients beside the next passes: the slowdown it must cause
+    lifts the bound above the schedule's makespan, and the step is above both."""
+    base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                          sequence_parallel=True, zero_stage=2, use_distributed_optimizer=True,
+                          overlap_grad_reduce=True, overlap_param_gather=True)
+    span, slowed, sim = _bounds(build_layout(MODEL, base, 16))
+    step = sim.run()
+    assert span < slowed <= step.step_time
+    assert step.breakdown["interference"] > 0
+
+
+def test_a_pass_cut_inside_its_parts_holds_the_bound_too():
+    """DeepSpeed's ZeRO-3 gathers each module's parameters where its kernels start, inside a layer's part: the
+    engine runs such a pass as jobs that mix their parts' kernels, which the bound takes at their least slowdown."""
+    base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, sequence_parallel=True, zero_stage=3,
+                          use_distributed_optimizer=True, overlap_grad_reduce=True, framework="deepspeed")
+    span, slowed, sim = _bounds(build_layout(MODEL, base, 16))
+    assert span < slowed <= sim.run().step_time
+
+
+@pytest.mark.parametrize("overlap, items, extra", [
+    (0.0, [(1.0, 2.0)], 0.0),
+    (1.0, [(1.0, 2.0)], 0.5),  # 1 s beside a kernel slowed 2x: it ran 0.5 s of its work, 0.5 s added
+    (3.0, [(1.0, 2.0)], 2.0),  # its 1 s alone fills 2 s; the third second is all added
+    (1.0, [(1.0, 2.0), (0.5, 1.0)], 0.25),  # an idle wait (slowdown 1) fills 0.5 s for free, then the kernel
+    (1.0, [(2.0, 1.25), (1.0, 2.0)], 0.2),  # the least slowed kernel first
+])
+def test_the_least_slowdown_fills_the_overlap_cheapest_first(overlap, items, extra):
+    assert _extra(overlap, items) == pytest.approx(extra)
