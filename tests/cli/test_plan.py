@@ -135,3 +135,13 @@ def test_plan_on_ray_without_ray_says_what_to_install(tmp_path, capsys, monkeypa
     path.write_text(SCENARIO)
     assert main(["plan", str(path), "--ray"]) == 2
     assert "pip install 'simcomm[ray]'" in capsys.readouterr().err
+
+
+def test_plan_over_the_newer_schedules_names_them_in_its_table(tmp_path, capsys):
+    """zero-bubble and DualPipe rows print with their names (a dualpipe row raised KeyError while printing)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    assert main(["plan", str(path), "--jobs", "1", "--tp", "1,2", "--pp", "2", "--mbs", "1", "--recompute", "none",
+                 "--schedules", "zb_h1,zbv,dualpipe,dualpipev", "--top", "40"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("ZB-H1", "ZB-V", "DualPipe ", "DualPipeV")), out

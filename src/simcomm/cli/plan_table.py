@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from ..parallel.frameworks import FRAMEWORKS, NAMES, arguments, layout_refusal, runners
 from ..parallel.layout import build_layout
+from ..parallel.pipeline_parallel.schedules import SCHEDULES
 from ..parallel.search import Candidate
 from ..units import format_size
 
@@ -69,7 +70,7 @@ def _cells(rank, r: dict, best: float, ranks_alone: dict) -> tuple:
         alone = f"{r['step_time_alone']:.4g} (#{ranks_alone[id(r)]})"
     pct = (lambda x: f"{x:.0%}") if simulated else (lambda x: "")
     return (rank, r["tp"], r["pp"], r["cp"], r["dp"], r["mbs"], r["microbatches"],
-            {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved_1f1b": "interleaved 1F1B"}[r["schedule"]], r["v"],
+            SCHEDULES[r["schedule"]].label, r["v"],
             r["zero"], r["recompute"], f"{t:.4g}" if simulated else f">= {t:.4g}",
             f"+{t / best - 1:.1%}" if simulated and best else "", f"{r['tflops_per_gpu']:.0f}" if simulated else "",
             f"{r['mfu']:.1%}" if simulated else "", format_size(r["peak_memory"]),
