@@ -136,7 +136,11 @@ class ComputeQueue(DeviceQueue):
         self.sharing = bool(sharing) and self.sms > 0
         self.held = np.zeros(num_ranks, dtype=np.int64)  # SMs communication kernels hold, per rank
         self.margin = np.zeros(num_ranks, dtype=np.int64)  # of which compute is told (userbuffers' SM margin)
-        self._jobs: dict[int, list[Job]] = {}  # rank -> its unfinished jobs, in queue order
+        # Unfinished jobs by the ranks they run on (a step queues jobs on the same groups again and again), and the
+        # groups each rank has been in: queueing and finishing a job costs one list operation, not one per rank.
+        self._groups: dict[bytes, list[Job]] = {}  # ranks' bytes -> their unfinished jobs, in queue order
+        self._rank_groups: dict[int, list[bytes]] = {}  # rank -> the keys of _groups it is in
+        self._live = 0  # unfinished jobs
         self._mark = np.zeros(num_ranks, dtype=bool)  # scratch, per change: the ranks whose jobs are re-rated
         self._delta = np.zeros(num_ranks, dtype=np.int64)  # ... and what changed on them
         self._delta_margin = np.zeros(num_ranks, dtype=np.int64)
@@ -196,8 +200,14 @@ class ComputeQueue(DeviceQueue):
                   tags, amount)
         self._order += 1
         job.note(np.arange(len(ranks)), held, self.margin[ranks])
-        for r in ranks.tolist():
-            self._jobs.setdefault(r, []).append(job)
+        key = ranks.tobytes()
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = []
+            for r in ranks.tolist():
+                self._rank_groups.setdefault(r, []).append(key)
+        group.append(job)
+        self._live += 1
         self._schedule(job)
         return job
 
@@ -233,7 +243,7 @@ class ComputeQueue(DeviceQueue):
         """Communication beside compute: for flows src[i] -> dst[i] (intra[i]: inside one node, where the kernel's
         CTAs do the copying), the factor each one's bytes on the wire grow by where either GPU computes now
         (COMM_BESIDE_COMPUTE), and when the first of those computations ends; (None, None) where none does."""
-        if not self._jobs or not intra.any():
+        if not self._live or not intra.any():
             return None, None
         slow = intra & (self.busy(src) | self.busy(dst))
         if not slow.any():
@@ -247,15 +257,18 @@ class ComputeQueue(DeviceQueue):
         margins = not isinstance(margin, int) or margin != 0  # sends and collectives hold no SM margin
         if margins:
             self.margin[ranks] += margin
-        if not self._jobs:
+        if not self._live:
             return
         computing = self.free_at[ranks] > now
         busy = ranks[computing]
         if not len(busy):
             return
-        seen: dict[int, Job] = {}
+        keys: set[bytes] = set()
         for r in busy.tolist():
-            for j in self._jobs.get(r, ()):
+            keys.update(self._rank_groups.get(r, ()))
+        seen: dict[int, Job] = {}
+        for key in keys:
+            for j in self._groups[key]:
                 seen[j.order] = j
         self._mark[busy] = True
         # what changed on the ranks re-rated (only theirs are read): they had the rates of held - delta
@@ -383,11 +396,8 @@ class ComputeQueue(DeviceQueue):
         self._done(j)
 
     def _done(self, j: Job) -> None:
-        for r in j.ranks.tolist():
-            queue = self._jobs[r]
-            queue.remove(j)
-            if not queue:
-                del self._jobs[r]
+        self._groups[j.ranks.tobytes()].remove(j)
+        self._live -= 1
         if self.recorder is not None:
             self.recorder.spans(self.kind, j.ranks, j.start, j.end, j.amount, j.label, j.tags)
         j.on_done(j.end)

@@ -28,7 +28,8 @@ from .replay import Learning, Replay, Run, StepTemplate, Trajectory
 from .trace import NO_TAGS
 
 _REMEMBERED_ROUTES = 1024  # flows up to which _route_links remembers what their routes cross
-_LIVE = ("_route", "_remaining", "_rate", "_extra", "_weight", "_bid", "_index")
+_LIVE_INTS = ("_route", "_bid", "_index")  # the rows of Network._ints
+_LIVE_FLOATS = ("_remaining", "_rate", "_extra", "_weight")  # ... and of Network._floats
 
 
 @dataclass(eq=False)
@@ -75,14 +76,13 @@ class FlowNetwork:
         # Where the rates each solve (or replayed segment) assigns go, summed per link; None: not recorded.
         self.link_loads = getattr(recorder, "link_loads", None)
         self.capacity = cluster.link_capacity
-        # Live flows, in start order (a batch's flows stay contiguous and ordered).
-        self._route = np.empty(0, dtype=np.int64)
-        self._remaining = np.empty(0)
-        self._rate = np.empty(0)
-        self._extra = np.empty(0)
-        self._weight = np.empty(0)
-        self._bid = np.empty(0, dtype=np.int64)  # batch id of each flow
-        self._index = np.empty(0, dtype=np.int64)  # position of each flow inside its batch
+        # Live flows, in start order (a batch's flows stay contiguous and ordered), one per column of two arrays
+        # (flows come and go: two numpy operations, not one per field); the fields are views of their rows:
+        # _route, _bid (batch id of each flow), _index (position of each flow inside its batch); _remaining (wire
+        # bytes left), _rate, _extra (latency added on arrival), _weight.
+        self._ints = np.empty((len(_LIVE_INTS), 0), dtype=np.int64)
+        self._floats = np.empty((len(_LIVE_FLOATS), 0))
+        self._set_live(self._ints, self._floats)
         self._batches: dict[int, Transfer] = {}
         self._next_bid = 0
         self._updated = 0.0
@@ -299,22 +299,29 @@ class FlowNetwork:
             key, links = learn
             self._learning[bid] = Learning(t, key, self.env.now, links, bw_done=np.full(n, np.nan))
             self._learner[links] = bid + 1
-        new = (t.route if index is None else t.route[index], wire, np.zeros(n) if rates is None else rates,
-               t.extra_latency if index is None else t.extra_latency[index],
-               t.weight if index is None else t.weight[index], np.full(n, bid),
-               np.arange(n) if index is None else index)
+        ints, floats = np.empty((len(_LIVE_INTS), n), dtype=np.int64), np.empty((len(_LIVE_FLOATS), n))
+        ints[0] = t.route if index is None else t.route[index]
+        ints[1] = bid
+        ints[2] = np.arange(n) if index is None else index
+        floats[0] = wire
+        floats[1] = 0.0 if rates is None else rates
+        floats[2] = t.extra_latency if index is None else t.extra_latency[index]
+        floats[3] = t.weight if index is None else t.weight[index]
         self._generation += 1  # any pending finish timer was computed for the old flow set
-        self._count_live(new[0], 1)
+        self._count_live(ints[0], 1)
         if len(self._route):
-            for name, arr in zip(_LIVE, new):
-                setattr(self, name, np.concatenate([getattr(self, name), arr]))
-        else:  # the common lockstep case: nothing else in flight
-            for name, arr in zip(_LIVE, new):
-                setattr(self, name, arr)
+            ints = np.concatenate([self._ints, ints], axis=1)
+            floats = np.concatenate([self._floats, floats], axis=1)
+        self._set_live(ints, floats)  # else the common lockstep case: nothing else in flight
         if not self._resolve_pending:
             self._resolve_pending = True
             ev = self.env.timeout(0)
             ev.callbacks.append(self._on_resolve)
+
+    def _set_live(self, ints: np.ndarray, floats: np.ndarray) -> None:
+        self._ints, self._floats = ints, floats
+        self._route, self._bid, self._index = ints
+        self._remaining, self._rate, self._extra, self._weight = floats
 
     def _advance(self) -> None:
         """Charge the bytes sent since the last update at the current rates."""
@@ -348,14 +355,13 @@ class FlowNetwork:
         cached = self._rates_cache.get(key)
         if cached is not None:
             self.stats["solve_cache_hits"] += 1
-            self._rate = cached
         else:
             classes, inverse = factorize(self._route, len(self.cluster.route_links))
             counts = np.bincount(inverse, weights=self._weight)
             lengths, starts, links = self.cluster.route_csr()
-            self._rate = max_min_rates_csr(lengths[classes], starts[classes], links, counts,
-                                           self.capacity)[inverse]
-            self._rates_cache.put(key, self._rate)
+            cached = max_min_rates_csr(lengths[classes], starts[classes], links, counts, self.capacity)[inverse]
+            self._rates_cache.put(key, cached)
+        self._rate[:] = cached  # a copy: the cache keeps its own
         if self._learning:
             self._record_rates(len(bids) == 1)
 
@@ -389,9 +395,10 @@ class FlowNetwork:
         freed = self._route[done]
         self._finish(done)
         keep = ~done
-        for name in _LIVE:
-            arr = getattr(self, name)
-            setattr(self, name, arr[:0] if not keep.any() else arr[keep])
+        if keep.any():
+            self._set_live(self._ints[:, keep], self._floats[:, keep])
+        else:
+            self._set_live(self._ints[:, :0], self._floats[:, :0])
         on = self._route_links(freed)
         self._count_links(on, -1)
         # Max-min rates decompose over flows that share no link: if none of the live flows crossed a link of the
