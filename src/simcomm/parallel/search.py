@@ -41,6 +41,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import OutOfMemoryError, SimcommError
+from ..session import Session
 from ..workers import RayPool
 from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
@@ -53,6 +54,7 @@ from .pipeline_parallel.actions import computations
 from .pipeline_parallel.pair_timing import timed_schedule
 from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.timeline import makespan, timeline
+from .pipeline_parallel.timing import send_bytes
 from .step_cost import StepModel, optimizer_seconds
 from .step_passes import build_pass
 
@@ -180,7 +182,7 @@ _STATE: dict = {}
 
 def _init(cluster, model, base) -> None:
     _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={},
-                  ranks={}, alone=None, collectives={})
+                  ranks={}, alone=None, collectives={}, sends={})
 
 
 def _layout(c: Candidate | TrainingConfig):
@@ -313,8 +315,33 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
 def bound(c: Candidate) -> dict:
     """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
     layout, sim, passes, optimizer = _passes(c)
-    times = timeline(*timed_schedule(layout, passes), placement=layout.placement)  # as timing.py runs pairs
-    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}
+    times = timeline(*timed_schedule(layout, passes), comm=send_bound(layout, sim), placement=layout.placement)
+    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}  # timed_schedule: as timing.py runs pairs
+
+
+def send_bound(layout, sim: StepModel) -> float:
+    """The least seconds an activation or gradient takes between two pipeline ranks: the quickest of the stages'
+    sends (pipeline_parallel/timing.py's, one replica's TP ranks to the next stage's) alone on the cluster;
+    contention, the rendezvous and Megatron's all-gather after a scattered send only add to it."""
+    dims = layout.dims
+    if layout.config.ideal_network or dims.pp == 1:
+        return 0.0
+    nbytes = send_bytes(layout, sim.activation_bytes)[0]
+    ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]
+    pairs = {(r, at[0]) for r in range(dims.pp) for c in range(layout.chunks)
+             for at in (layout.placement.next(r, c),) if at is not None and at[0] != r}
+    return min(_send_alone(ranks[a], ranks[b], nbytes) for p in pairs for a, b in (p, p[::-1]))
+
+
+def _send_alone(src, dst, nbytes: float) -> float:
+    key = (src.tobytes(), dst.tobytes(), nbytes)
+    got = _STATE["sends"].get(key)
+    if got is None:
+        s = Session(_STATE["cluster"], detail="steps")
+        op = s.send(src, dst, nbytes)
+        s.run(op)
+        got = _STATE["sends"][key] = (op.end - op.start) * (1 - 1e-9)
+    return got
 
 
 def slowed_bound(c: Candidate) -> dict:
@@ -499,7 +526,9 @@ def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int
         top = [t for t in heapq.nsmallest(want, heap) if simulated < simulate_at_least or t[0] < best]
         kind = next((k for k in REFINE if any(rows[i]["bound_kind"] == k for _b, i in top)), None)
         if kind is not None:
-            batch = [i for _b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap) if rows[i]["bound_kind"] == kind]
+            # past the first simulations, a bound not below the best step is pruned at any grade: not refined
+            batch = [i for b, i in heapq.nsmallest(max(BOUND_BATCH, want), heap) if rows[i]["bound_kind"] == kind
+                     and (simulated < simulate_at_least or b < best)]
             drop = set(batch)
             heap = [(b, i) for b, i in heap if i not in drop]
             for i, res in run(REFINE[kind], batch):

@@ -74,6 +74,11 @@ class StepModel:
         self.check_memory = check_memory
         self.shape = layout.layer_shape
 
+    @property
+    def activation_bytes(self) -> float:
+        """The bytes of one micro-batch's activation (or its gradient) between two pipeline stages."""
+        return self.shape.sp_tokens * self.layout.model.hidden_size * self.shape.elem
+
     def memory(self) -> list:
         dev = self.cluster.device
         return [stage_memory(self.layout, r, dev.memory_capacity, self.cfg.fp8_format is not None)
@@ -110,8 +115,7 @@ class StepModel:
         self._check_replay(traffic, reps, notes)
         dp = data_parallel_timing(self.layout, traffic, passes, reps)
         dp.start()
-        pipeline = Pipeline(self.layout, session, traffic, passes, dp,
-                            self.shape.sp_tokens * self.layout.model.hidden_size * self.shape.elem)
+        pipeline = Pipeline(self.layout, session, traffic, passes, dp, self.activation_bytes)
         ends = _StepEnd(self, pipeline, reps).simulate()
         copies = RankCopies(self.dims, reps)
         defer_trace(session, pipeline, copies, notes)

@@ -283,8 +283,7 @@ class StageTiming:
         layout, env = self.p.layout, self.env
         cfg, dims = layout.config, layout.dims
         dst = key[2]
-        scatter = cfg.scatter_gather_tensors_in_pipeline and dims.tp > 1 and not cfg.sp
-        nbytes = self.p.activation_bytes / (dims.tp if scatter else 1)
+        nbytes, scatter = send_bytes(layout, self.p.activation_bytes)
         posted = self.p.post(key) if cfg.p2p_rendezvous else None
         op = self.p.traffic.send(self.ranks, self.p.ranks[dst], nbytes, after=[posted] if posted else (),
                                  tags={"axis": "pp", **tags})
@@ -352,3 +351,11 @@ def _label(a) -> str:
 
 
 __all__ = ["Pipeline", "StageTiming", "slowed"]
+
+
+def send_bytes(layout, activation_bytes: float) -> tuple[float, bool]:
+    """(bytes each TP rank of a stage sends the next, whether Megatron scatters the activation over them and the
+    receiver all-gathers it: scatter_gather_tensors_in_pipeline, without sequence parallelism)."""
+    cfg, tp = layout.config, layout.dims.tp
+    scatter = cfg.scatter_gather_tensors_in_pipeline and tp > 1 and not cfg.sp
+    return activation_bytes / (tp if scatter else 1), scatter
