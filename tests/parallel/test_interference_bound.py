@@ -37,9 +37,12 @@ def _bounds(layout):
     sim = StepModel(layout, CLUSTER, check_memory=False)
     passes = sim.build_passes()
     flat = [list(computations(acts)) for acts in layout.schedule]
-    span = makespan(timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, placement=layout.placement))
+    search._init(CLUSTER, MODEL, layout.config)  # the pipeline sends' times alone (search.send_bound), cached there
+    comm = search.send_bound(layout, sim)
+    span = makespan(timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, comm,
+                             placement=layout.placement))
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    return span + optimizer, interference_bound(layout, passes, CLUSTER, {}) + optimizer, sim
+    return span + optimizer, interference_bound(layout, passes, CLUSTER, {}, comm) + optimizer, sim
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,7 +7,8 @@ Take one GPU of pipeline rank r: the first of its stage, which every data-parall
 
 - computes its passes: P seconds alone (their templates' durations), longer by E where communication slows them;
 - is idle I >= I0 seconds outside its passes: before its first pass, the forwards of the ranks that feed it; after
-  its last backward, the backwards of the ranks it feeds; on the last stage, each micro-batch's loss all-reduce;
+  its last backward, the backwards of the ranks it feeds (with the transfers between them, each at least the
+  quickest pipeline send alone); on the last stage, each micro-batch's loss all-reduce;
 - runs the data-parallel stream's collectives one after another, U seconds at least (each at least as long as
   alone on the cluster: contention and compute beside it only slow it), each holding its NCCL channels' SMs.
 
@@ -62,10 +63,11 @@ class _DryRun:
         return None
 
 
-def interference_bound(layout, passes: dict, cluster, alone: dict) -> float:
+def interference_bound(layout, passes: dict, cluster, alone: dict, comm: float = 0.0) -> float:
     """max over the first and last pipeline rank of P + I0 + _extra(U - I0) (module docstring), without the
     optimizer; 0 when compute and communication do not share the GPUs, or communication costs nothing. `alone`: a
-    cache of collectives' (time, channels) alone on `cluster`, kept by the caller across layouts."""
+    cache of collectives' (time, channels) alone on `cluster`, kept by the caller across layouts; `comm`: the least
+    seconds an activation or gradient takes between two pipeline ranks."""
     dev, cfg = cluster.device, layout.config
     if not (cluster.template.tuning.interference and dev.sms > 0) or cfg.ideal_network:
         return 0.0
@@ -80,7 +82,7 @@ def interference_bound(layout, passes: dict, cluster, alone: dict) -> float:
         if not stream:
             continue
         busy = sum(p.duration * n for p, n in ran[r].values())
-        idle = _edges(layout, passes, r) + _losses(layout, cluster, alone, r)
+        idle = _edges(layout, passes, r, comm) + _losses(layout, cluster, alone, r)
         kernels, cut = _inventory(ran[r])
         for h in sorted({ch for _t, ch in stream}):
             held = sum(t for t, ch in stream if ch >= h) * (1 - SLACK)
@@ -181,18 +183,19 @@ def _alone(cluster, cache: dict, kind: str, group: np.ndarray, size: int, dtype:
     return got
 
 
-def _edges(layout, passes: dict, r: int) -> float:
+def _edges(layout, passes: dict, r: int, comm: float) -> float:
     """Seconds pipeline rank r waits outside its passes at least: before its first pass, the forwards that feed
-    it; after its last, when that is a full backward, the backwards it feeds (other ranks' passes, alone)."""
+    it; after its last, when that is a full backward, the backwards it feeds (other ranks' passes, alone), and
+    `comm` for each hop between two ranks on the way."""
     actions = list(computations(layout.schedule[r]))
     placement, out = layout.placement, 0.0
     for a, phase in ((actions[0], FORWARD), (actions[-1], BACKWARD)):
         if a.phase != phase:
             continue
-        at = placement.prev(r, a.chunk)
+        here, at = r, placement.prev(r, a.chunk)
         while at is not None and at[0] != r:
-            out += passes[(at[0], at[1], phase)].duration
-            at = placement.prev(*at)
+            out += passes[(at[0], at[1], phase)].duration + (comm if at[0] != here else 0.0)
+            here, at = at[0], placement.prev(*at)
     return out
 
 

@@ -349,7 +349,8 @@ def slowed_bound(c: Candidate) -> dict:
     communication beside them can slow them (interference_bound.py), plus the optimizer (the search keeps the
     schedule bound where that is higher)."""
     layout, sim, passes, optimizer = _passes(c)
-    return {"bound": interference_bound(layout, passes, _STATE["cluster"], _STATE["collectives"]) + optimizer,
+    slowed = interference_bound(layout, passes, _STATE["cluster"], _STATE["collectives"], send_bound(layout, sim))
+    return {"bound": slowed + optimizer,
             "bound_kind": "interference"}
 
 
