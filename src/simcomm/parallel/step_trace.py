@@ -167,4 +167,5 @@ def defer_trace(session, pipeline, copies: RankCopies, notes: list) -> None:
     session.sim.recorder.deferred(produce)
 
 
-__all__ = ["KERNEL_BUDGET", "LAYER_BUDGET", "RankCopies", "communication_while_idle", "stage_figures", "defer_trace", "pass_records", "trace_records"]
+__all__ = ["KERNEL_BUDGET", "LAYER_BUDGET", "RankCopies", "communication_while_idle", "stage_figures", "defer_trace",
+           "pass_records", "trace_records"]

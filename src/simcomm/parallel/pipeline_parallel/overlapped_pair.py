@@ -179,5 +179,5 @@ class PairProgress:
         return self.inner.times(rank, np.interp(offsets, self.xs, self.ys))
 
 
-__all__ = ["Block", "PairProgress", "PairTiming", "chain", "has_exchanges", "kernel_factor", "overlap_pair", "pair_bound",
-           "slowed"]
+__all__ = ["Block", "PairProgress", "PairTiming", "chain", "has_exchanges", "kernel_factor", "overlap_pair",
+           "pair_bound", "slowed"]

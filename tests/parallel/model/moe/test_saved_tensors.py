@@ -14,7 +14,8 @@ RQ, RKV, DQ, DR, DV = 4, 6, 8, 2, 8
 
 
 def mla_moe_shape() -> LayerShape:
-    c = TransformerConfig(num_layers=1, padded_vocab_size=8, add_bias_linear=False, hidden_size=H, num_attention_heads=A, seq_length=S, swiglu=True, num_moe_experts=E,
+    c = TransformerConfig(num_layers=1, padded_vocab_size=8, add_bias_linear=False, hidden_size=H,
+                          num_attention_heads=A, seq_length=S, swiglu=True, num_moe_experts=E,
                           moe_router_topk=K, moe_ffn_hidden_size=FE, moe_shared_expert_intermediate_size=FS,
                           multi_latent_attention=True, q_lora_rank=RQ, kv_lora_rank=RKV, qk_head_dim=DQ,
                           qk_pos_emb_head_dim=DR, v_head_dim=DV, attention_dropout=0.0, hidden_dropout=0.0)

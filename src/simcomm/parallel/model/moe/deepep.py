@@ -7,10 +7,10 @@ rail), which forwards it over NVLink to the GPUs holding its experts on that nod
 each node's expert outputs for a token reduced there before the one row goes back over IB. The two hops are
 pipelined through DeepEP's buffers, so the exchange takes as long as the slower of them.
 
-- nodes per token (`DeepEPExchange.nodes_per_token`): with node-limited routing (moe_router_num_groups equal to the EP group's
-  nodes, DeepSeek-V3's 8 groups of EP 64 over 8 nodes) a token reaches at most moe_router_group_topk nodes, the
-  bound taken here (each chosen group is chosen for its best experts); otherwise the expected number of distinct
-  nodes among its k experts chosen uniformly.
+- nodes per token (`DeepEPExchange.nodes_per_token`): with node-limited routing (moe_router_num_groups equal to
+  the EP group's nodes, DeepSeek-V3's 8 groups of EP 64 over 8 nodes) a token reaches at most
+  moe_router_group_topk nodes, the bound taken here (each chosen group is chosen for its best experts); otherwise
+  the expected number of distinct nodes among its k experts chosen uniformly.
 - RDMA: each GPU sends each other node's same-index GPU the tokens bound there, T min(1, M share_n) rows (share_n:
   node n's share of the routed rows; T M / N balanced); its own node's tokens stay on NVLink.
 - NVLink: each GPU forwards every other GPU of its node the rows for that GPU's experts among the tokens it
