@@ -115,9 +115,7 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved_1f1b": f"1F1B-v{self.v}", "zb_h1": "ZB-H1",
-                 "zb_h2": "ZB-H2", "interleaved_zb": f"ZB-v{self.v}", "zbv": "ZB-V", "dualpipev": "DualPipeV",
-                 "dualpipe": "DualPipe", "looped_bfs": f"LoopedBFS-v{self.v}"}[self.schedule]
+        sched = SCHEDULES[self.schedule].short_name(self.v)
         experts = f" ep{self.ep}" + (f" etp{self.etp}" if self.etp not in (None, self.tp) else "") \
             if self.ep > 1 or self.etp not in (None, self.tp) else ""
         return (f"tp{self.tp} pp{self.pp} cp{self.cp}{experts} mbs{self.mbs} {sched} zero{self.zero} "

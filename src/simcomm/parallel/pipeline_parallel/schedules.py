@@ -124,7 +124,11 @@ class ScheduleSpec:
     even_microbatches: bool = False
     splits_backward: bool = False  # has I and W passes
     source: str = ""
-    label: str = ""  # how a table names it
+    label: str = ""  # how a table names it (beside a column of virtual stages)
+    short: str = ""  # how a one-line layout names it, with "-v<chunks>" where the chunks vary
+
+    def short_name(self, chunks: int) -> str:
+        return f"{self.short}-v{chunks}" if self.chunks == "any" else self.short
 
     def placement(self, pp: int, chunks: int) -> Placement:
         return Placement(self.style, pp, chunks)
@@ -143,23 +147,26 @@ def _rounds(pp: int, m: int, chunks: int, _group) -> Schedule:
 
 
 SPECS = (
-    ScheduleSpec("gpipe", _fixed(gpipe), "GPipe", label="GPipe", source="Huang et al. 2019"),
-    ScheduleSpec("1f1b", _fixed(one_f_one_b), "1F1B", label="1F1B", source="Narayanan et al. 2021, Megatron-LM"),
+    ScheduleSpec("gpipe", _fixed(gpipe), "GPipe", label="GPipe", short="GPipe", source="Huang et al. 2019"),
+    ScheduleSpec("1f1b", _fixed(one_f_one_b), "1F1B", label="1F1B", short="1F1B",
+                 source="Narayanan et al. 2021, Megatron-LM"),
     ScheduleSpec("interleaved_1f1b", lambda pp, m, c, g: interleaved_1f1b(pp, m, c, g), "Interleaved1F1B",
-                 label="interleaved 1F1B", chunks="any", source="Narayanan et al. 2021, Megatron-LM"),
+                 label="interleaved 1F1B", short="1F1B", chunks="any", source="Narayanan et al. 2021, Megatron-LM"),
     ScheduleSpec("looped_bfs", lambda pp, m, c, g: looped_bfs(pp, m, c), "LoopedBFS", label="looped BFS",
-                 chunks="any", source="Lamy-Poirier 2022, torch.distributed.pipelining"),
-    ScheduleSpec("zb_h1", _fixed(zb_h1), None, label="ZB-H1", splits_backward=True, source="Qi et al. 2023"),
-    ScheduleSpec("zb_h2", _fixed(zb_h2), None, label="ZB-H2", splits_backward=True, source="Qi et al. 2023"),
-    ScheduleSpec("interleaved_zb", _rounds, "InterleavedZeroBubble", label="interleaved ZB", chunks="any",
-                 splits_backward=True, source="Qi et al. 2023 (ZB1P), torch.distributed.pipelining"),
-    ScheduleSpec("zbv", _fixed(zbv), "ZBVZeroBubble", label="ZB-V", chunks="two", style="v", splits_backward=True,
-                 source="Qi et al. 2024, torch.distributed.pipelining"),
-    ScheduleSpec("dualpipe", _fixed(dualpipe), "DualPipe", label="DualPipe", chunks="two", style="dual", min_pp=2,
-                 even_pp=True, min_microbatches=lambda pp: 2 * pp, even_microbatches=True, splits_backward=True,
-                 source="DeepSeek-V3 2024, deepseek-ai/DualPipe"),
-    ScheduleSpec("dualpipev", _fixed(dualpipev), "DualPipeV", label="DualPipeV", chunks="two", style="v",
-                 min_microbatches=lambda pp: 2 * pp, splits_backward=True,
+                 short="LoopedBFS", chunks="any", source="Lamy-Poirier 2022, torch.distributed.pipelining"),
+    ScheduleSpec("zb_h1", _fixed(zb_h1), None, label="ZB-H1", short="ZB-H1", splits_backward=True,
+                 source="Qi et al. 2023"),
+    ScheduleSpec("zb_h2", _fixed(zb_h2), None, label="ZB-H2", short="ZB-H2", splits_backward=True,
+                 source="Qi et al. 2023"),
+    ScheduleSpec("interleaved_zb", _rounds, "InterleavedZeroBubble", label="interleaved ZB", short="ZB",
+                 chunks="any", splits_backward=True, source="Qi et al. 2023 (ZB1P), torch.distributed.pipelining"),
+    ScheduleSpec("zbv", _fixed(zbv), "ZBVZeroBubble", label="ZB-V", short="ZB-V", chunks="two", style="v",
+                 splits_backward=True, source="Qi et al. 2024, torch.distributed.pipelining"),
+    ScheduleSpec("dualpipe", _fixed(dualpipe), "DualPipe", label="DualPipe", short="DualPipe", chunks="two",
+                 style="dual", min_pp=2, even_pp=True, min_microbatches=lambda pp: 2 * pp, even_microbatches=True,
+                 splits_backward=True, source="DeepSeek-V3 2024, deepseek-ai/DualPipe"),
+    ScheduleSpec("dualpipev", _fixed(dualpipev), "DualPipeV", label="DualPipeV", short="DualPipeV", chunks="two",
+                 style="v", min_microbatches=lambda pp: 2 * pp, splits_backward=True,
                  source="deepseek-ai/DualPipe, torch.distributed.pipelining"),
 )
 SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in SPECS}
