@@ -45,6 +45,7 @@ from ..session import Session
 from ..workers import RayPool
 from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
+from .dp_stream import stream_bound
 from .frameworks import refusal
 from .interference_bound import interference_bound
 from .layer_timing import PROGRAMS, Template, TemplateCache
@@ -314,7 +315,8 @@ def bound(c: Candidate) -> dict:
     """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
     layout, sim, passes, optimizer = _passes(c)
     times = timeline(*timed_schedule(layout, passes), comm=send_bound(layout, sim), placement=layout.placement)
-    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}  # timed_schedule: as timing.py runs pairs
+    ready = stream_bound(layout, passes, _STATE["cluster"], _STATE["collectives"], times)
+    return {"bound": max(makespan(times), ready) + optimizer, "bound_kind": "schedule"}  # timed_schedule: as timing.py
 
 
 def send_bound(layout, sim: StepModel) -> float:

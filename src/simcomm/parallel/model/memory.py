@@ -190,6 +190,21 @@ def recompute_working_set(layout, rank: int) -> float:
     cfg = layout.config
     n = 1 if cfg.recompute_method == "block" else (cfg.recompute_num_layers or 1)
     fp8 = cfg.fp8_format is not None
+    moe = layout.model.moe_layers  # as _chunk_activations: which layers are MoE, not which layers they are
+    key = (layout.layer_shape, layout.moe_layer_shape, n, fp8,
+           tuple(tuple(moe[i] for i in layout.layers_of(rank, c)) for c in range(layout.chunks)))
+    got = _WORKING_SETS.get(key)
+    if got is None:
+        if len(_WORKING_SETS) >= 4096:
+            _WORKING_SETS.clear()
+        got = _WORKING_SETS[key] = _working_set(layout, rank, n, fp8)
+    return got
+
+
+_WORKING_SETS: dict = {}
+
+
+def _working_set(layout, rank: int, n: int, fp8: bool) -> float:
     best = 0.0
     for chunk in range(layout.chunks):
         sizes = [layer_activation_bytes(layout.shape_of(layer), fp8=fp8) for layer in layout.layers_of(rank, chunk)]

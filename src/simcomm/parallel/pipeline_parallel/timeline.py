@@ -132,15 +132,20 @@ def timeline(sched: Schedule, duration: Callable[[int, Action | Overlap], float]
     pp = len(sched)
     done: dict[tuple, float] = {}  # (kind, microbatch, rank, chunk) -> end time
     free, pos = [0.0] * pp, [0] * pp
+    waiting: list = [None] * pp  # the needs of the action each rank is stuck at (worked out once)
     out: list[list[Timed]] = [[] for _ in range(pp)]
     while any(pos[r] < len(sched[r]) for r in range(pp)):
         progressed = False
         for r in range(pp):
             while pos[r] < len(sched[r]):
                 a = sched[r][pos[r]]
-                needs = [n for x in (a.parts if isinstance(a, Overlap) else (a,)) for n in _needs(x, r, placement)]
+                needs = waiting[r]
+                if needs is None:
+                    needs = [n for x in (a.parts if isinstance(a, Overlap) else (a,)) for n in _needs(x, r, placement)]
                 if any(n not in done for n in needs):
+                    waiting[r] = needs
                     break
+                waiting[r] = None
                 ready = max([free[r]] + [done[n] + (comm if n[2] != r else 0.0) for n in needs])
                 end = ready + duration(r, a)
                 for x in a.parts if isinstance(a, Overlap) else (a,):
