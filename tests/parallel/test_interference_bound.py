@@ -2,6 +2,8 @@
 interference-aware bound, never above the simulated step (interference on); each above the makespan where its
 mechanism costs time (the gradients reduced after the last backward; data-parallel communication beside the
 compute); and the cheapest-fill law."""
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,25 +39,37 @@ LAYOUTS = [x for f in (None, "deepspeed", "torchtitan") for x in _layouts(f)]  #
 
 
 def _bounds(layout):
-    """(the schedule's makespan, the data-parallel stream's end, the interference bound), each plus the optimizer,
-    as search.bound and search.slowed_bound take them; and the step model."""
+    """(the schedule's makespan: data dependencies alone, and with the step's p2p rules; the data-parallel stream's
+    end; the interference bound), each plus the optimizer, as search.bound and search.slowed_bound take them; and
+    the step model."""
     sim = StepModel(layout, CLUSTER, check_memory=False)
     passes = sim.build_passes()
     search._init(CLUSTER, MODEL, layout.config)  # the pipeline sends' times alone (search.send_bound), cached there
     comm = search.send_bound(layout, sim)
-    times = timeline(*timed_schedule(layout, passes), comm=comm, placement=layout.placement)
+    span = makespan(timeline(*timed_schedule(layout, passes), comm=comm, placement=layout.placement))
+    times = search.pipeline_bound(layout, passes, comm)  # p2p_timeline.py
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    return (makespan(times) + optimizer, stream_bound(layout, passes, CLUSTER, {}, times) + optimizer,
-            interference_bound(layout, passes, CLUSTER, {}, comm) + optimizer, sim)
+    return SimpleNamespace(span=span + optimizer, p2p=makespan(times) + optimizer,
+                           ready=stream_bound(layout, passes, CLUSTER, {}, times) + optimizer,
+                           slowed=interference_bound(layout, passes, CLUSTER, {}, comm) + optimizer, sim=sim)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(LAYOUTS))
 def test_the_bounds_never_exceed_the_simulated_step(layout):
     assert CLUSTER.template.tuning.interference
-    _span, ready, slowed, sim = _bounds(layout)
-    step = sim.run().step_time
-    assert ready <= step and slowed <= step, layout.describe()
+    b = _bounds(layout)
+    step = b.sim.run().step_time
+    assert b.span <= b.p2p <= step and b.ready <= step and b.slowed <= step, layout.describe()
+
+
+def test_blocking_sends_and_their_rendezvous_raise_the_makespan():
+    """GPipe's forwards each block their stage until the next one has posted its receive and the activation is
+    through: the makespan with the step's p2p rules is above the one with the data dependencies alone."""
+    base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=4,
+                          sequence_parallel=True, pipeline_schedule="gpipe")
+    b = _bounds(build_layout(MODEL, base, 16))
+    assert b.span < b.p2p <= b.sim.run().step_time
 
 
 def test_gradients_reduced_after_the_last_backward_raise_the_bound_above_the_makespan():
@@ -63,9 +77,9 @@ def test_gradients_reduced_after_the_last_backward_raise_the_bound_above_the_mak
     lifts the schedule bound above the makespan, and the step is above both."""
     base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
                           sequence_parallel=True, overlap_grad_reduce=False)
-    span, ready, _slowed, sim = _bounds(build_layout(MODEL, base, 16))
-    step = sim.run()
-    assert span < ready <= step.step_time
+    b = _bounds(build_layout(MODEL, base, 16))
+    step = b.sim.run()
+    assert b.p2p < b.ready <= step.step_time
     assert step.breakdown["dp"] > 0
 
 
@@ -81,9 +95,9 @@ def test_gradients_reduced_beside_every_micro_batch_raise_the_bound_above_the_ma
     base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
                           sequence_parallel=True, zero_stage=2, use_distributed_optimizer=True,
                           overlap_grad_reduce=True, overlap_param_gather=True)
-    span, _ready, slowed, sim = _bounds(build_layout(MODEL, base, 16))
-    step = sim.run()
-    assert span < slowed <= step.step_time
+    b = _bounds(build_layout(MODEL, base, 16))
+    step = b.sim.run()
+    assert b.span < b.slowed <= step.step_time
     assert step.breakdown["interference"] > 0
 
 
@@ -92,8 +106,8 @@ def test_a_pass_cut_inside_its_parts_holds_the_bound_too():
     engine runs such a pass as jobs that mix their parts' kernels, which the bound takes at their least slowdown."""
     base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, sequence_parallel=True, zero_stage=3,
                           use_distributed_optimizer=True, overlap_grad_reduce=True, framework="deepspeed")
-    span, _ready, slowed, sim = _bounds(build_layout(MODEL, base, 16))
-    assert span < slowed <= sim.run().step_time
+    b = _bounds(build_layout(MODEL, base, 16))
+    assert b.span < b.slowed <= b.sim.run().step_time
 
 
 @pytest.mark.parametrize("overlap, items, extra", [

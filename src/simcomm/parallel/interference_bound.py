@@ -129,16 +129,20 @@ def _edges(layout, passes: dict, r: int, comm: float) -> float:
 
 
 def _losses(layout, cluster, alone: dict, r: int) -> float:
-    """Seconds rank r's compute waits for the loss all-reduce after each forward of the model's last stage
-    (pipeline_parallel/timing.py, Megatron's loss_func)."""
-    dims, cfg, placement = layout.dims, layout.config, layout.placement
+    """Seconds rank r's compute waits for the loss all-reduce after each forward of the model's last stage."""
+    n = sum(a.phase == FORWARD and layout.placement.next(r, a.chunk) is None
+            for a in computations(layout.schedule[r]))
+    return n * loss_all_reduce(layout, cluster, alone, r) if n else 0.0
+
+
+def loss_all_reduce(layout, cluster, alone: dict, r: int) -> float:
+    """The least seconds rank r waits for the loss all-reduce after a forward of the model's last stage
+    (pipeline_parallel/timing.py, Megatron's loss_func): alone on the cluster; 0 where the step runs none."""
+    dims, cfg = layout.dims, layout.config
     if not cfg.step_collectives or dims.dp * dims.cp < 2:
         return 0.0
-    n = sum(a.phase == FORWARD and placement.next(r, a.chunk) is None for a in computations(layout.schedule[r]))
-    if not n:
-        return 0.0
     group = np.asarray(dims.ranks(pp=r, tp=0), dtype=np.int64).reshape(-1)
-    return n * collective_alone(cluster, alone, "all_reduce", group, 4, "float32")[0]
+    return collective_alone(cluster, alone, "all_reduce", group, 4, "float32")[0]
 
 
-__all__ = ["interference_bound"]
+__all__ = ["interference_bound", "loss_all_reduce"]

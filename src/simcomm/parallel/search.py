@@ -47,11 +47,12 @@ from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
 from .dp_stream import stream_bound
 from .frameworks import refusal
-from .interference_bound import interference_bound
+from .interference_bound import interference_bound, loss_all_reduce
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
 from .pipeline_parallel.actions import computations
+from .pipeline_parallel.p2p_timeline import p2p_timeline
 from .pipeline_parallel.pair_timing import timed_schedule
 from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.timeline import makespan, timeline
@@ -314,9 +315,18 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
 def bound(c: Candidate) -> dict:
     """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
     layout, sim, passes, optimizer = _passes(c)
-    times = timeline(*timed_schedule(layout, passes), comm=send_bound(layout, sim), placement=layout.placement)
+    times = pipeline_bound(layout, passes, send_bound(layout, sim))
     ready = stream_bound(layout, passes, _STATE["cluster"], _STATE["collectives"], times)
-    return {"bound": max(makespan(times), ready) + optimizer, "bound_kind": "schedule"}  # timed_schedule: as timing.py
+    return {"bound": max(makespan(times), ready) + optimizer, "bound_kind": "schedule"}
+
+
+def pipeline_bound(layout, passes: dict, comm: float) -> list:
+    """The schedule's timeline of the passes alone, each send `comm` seconds: with the step's point-to-point rules
+    (p2p_timeline.py), or as timing.py runs overlapped pairs (timed_schedule) for the schedules that have them."""
+    cluster, cache = _STATE["cluster"], _STATE["collectives"]
+    sched, duration = timed_schedule(layout, passes)
+    return p2p_timeline(layout, duration, comm, lambda r: loss_all_reduce(layout, cluster, cache, r)) or \
+        timeline(sched, duration, comm=comm, placement=layout.placement)
 
 
 def send_bound(layout, sim: StepModel) -> float:
