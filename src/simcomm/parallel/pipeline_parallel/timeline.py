@@ -35,8 +35,10 @@ def check(sched: Schedule, placement: Placement | None = None) -> None:
     placement = placement or default_placement(sched)
     ran = [_check_rank(r, acts) for r, acts in enumerate(sched)]
     for r, held in enumerate(ran):
-        sides = {c: (("previous", placement.prev(r, c)), ("next", placement.next(r, c))) for _m, c in held}
+        sides: dict = {}
         for (m, c), phases in held.items():
+            if c not in sides:
+                sides[c] = (("previous", placement.prev(r, c)), ("next", placement.next(r, c)))
             for side, where in sides[c]:
                 if where is not None and (m, where[1]) not in ran[where[0]]:
                     raise SimcommError(f"the pipeline schedule is incomplete: micro-batch {m} runs on rank {r} "
