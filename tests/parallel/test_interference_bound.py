@@ -47,10 +47,10 @@ def _bounds(layout):
     search._init(CLUSTER, MODEL, layout.config)  # the pipeline sends' times alone (search.send_bound), cached there
     comm = search.send_bound(layout, sim)
     span = makespan(timeline(*timed_schedule(layout, passes), comm=comm, placement=layout.placement))
-    times = search.pipeline_bound(layout, passes, comm)  # p2p_timeline.py
+    spans = search.pipeline_bound(layout, passes, comm)  # p2p_timeline.py
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    return SimpleNamespace(span=span + optimizer, p2p=makespan(times) + optimizer,
-                           ready=stream_bound(layout, passes, CLUSTER, {}, times) + optimizer,
+    return SimpleNamespace(span=span + optimizer, p2p=max(e for mine in spans for _s, e in mine) + optimizer,
+                           ready=stream_bound(layout, passes, CLUSTER, {}, spans) + optimizer,
                            slowed=interference_bound(layout, passes, CLUSTER, {}, comm) + optimizer, sim=sim)
 
 

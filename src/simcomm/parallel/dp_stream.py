@@ -19,7 +19,7 @@ import numpy as np
 
 from ..session import Session
 from .data_parallel.timing import POLICIES
-from .pipeline_parallel.actions import Overlap, WEIGHT_GRADIENT, computations
+from .pipeline_parallel.actions import WEIGHT_GRADIENT, computations
 
 SLACK = 1e-9  # the collectives' times alone are summed in another order, on another clock, than the step's
 
@@ -45,19 +45,23 @@ class DryRun:
         self._keys: dict = {}  # id of a group the policy issues on (it keeps them throughout) -> its key
 
     def collective(self, kind: str, ranks, size: float, dtype: str, *, after=(), tags=None):
-        key = self._keys.get(id(ranks))
-        if key is None:
+        got = self._keys.get(id(ranks))
+        if got is None:
             group = np.asarray(ranks, dtype=np.int64)
-            key = self._keys[id(ranks)] = group.tobytes()
-            self.groups[key] = group
-        if len(self.groups[key]) < 2 or int(size) <= 0:
+            got = self._keys[id(ranks)] = (group.tobytes(), len(group))
+            self.groups[got[0]] = group
+        if got[1] < 2 or int(size) <= 0:
             return None
         stage = tags["stage"]
-        mine, what = self.issued[stage], (kind, key, int(size), dtype)
+        mine, what = self.issued[stage], (kind, got[0], int(size), dtype)
         mine[what] = mine.get(what, 0) + 1
-        released = max([self.s.sim.now] + [t for t in after if isinstance(t, _At)])
-        self.stream[stage].append((what, released))
-        return _Issued(len(self.stream[stage]) - 1)
+        released = self.s.sim.now
+        for t in after:
+            if isinstance(t, _At) and t > released:
+                released = t
+        stream = self.stream[stage]
+        stream.append((what, released))
+        return _Issued(len(stream) - 1)
 
 
 def dry_run(layout, passes: dict, ranks, starts: list[list[float]] | None = None,
@@ -111,22 +115,27 @@ def collective_alone(cluster, cache: dict, kind: str, group: np.ndarray, size: i
     return got
 
 
-def stream_bound(layout, passes: dict, cluster, alone: dict, times: list[list]) -> float:
+def stream_bound(layout, passes: dict, cluster, alone: dict, spans: list[list[tuple[float, float]]]) -> float:
     """The least time the first and last pipeline rank are ready for the optimizer: their data-parallel streams'
-    collectives (what the policy's end waits for) at their times alone, each released no sooner than the passes of
-    `times` (pipeline_parallel/timeline.py's, each pass at most as early as the step runs it) issue them; 0 when
-    communication costs nothing. `alone`: collective_alone's cache."""
+    collectives (what the policy's end waits for) at their times alone, each released no sooner than the passes
+    issue them, at `spans` (per rank, (start, end) of each of its computations, each at most as early as the step
+    runs it: search.pipeline_bound); 0 when communication costs nothing. `alone`: collective_alone's cache."""
     if layout.config.ideal_network:
         return 0.0
-    starts = [[t.start for t in ts for _x in (t.action.parts if isinstance(t.action, Overlap) else (t.action,))]
-              for ts in times]
     ranks = sorted({0, layout.dims.pp - 1})  # the ranks the interference bound times alone too (the same cache)
-    run, _ran, waited = dry_run(layout, passes, ranks, starts, [ts[-1].end if ts else 0.0 for ts in times])
+    starts = [[s for s, _e in mine] for mine in spans]
+    run, _ran, waited = dry_run(layout, passes, ranks, starts, [max((e for _s, e in mine), default=0.0)
+                                                                for mine in spans])
     out = 0.0
+    seconds: dict = {}
     for r in ranks:
         end, ends = 0.0, []
-        for (kind, group, size, dtype), released in run.stream[r]:
-            end = max(end, released) + collective_alone(cluster, alone, kind, run.groups[group], size, dtype)[0]
+        for what, released in run.stream[r]:
+            t = seconds.get(what)
+            if t is None:
+                kind, group, size, dtype = what
+                t = seconds[what] = collective_alone(cluster, alone, kind, run.groups[group], size, dtype)[0]
+            end = max(end, released) + t
             ends.append(end)
         out = max([out] + [ends[i] * (1 - SLACK) for i in waited[r]])
     return out

@@ -51,11 +51,11 @@ from .interference_bound import interference_bound, loss_all_reduce
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
-from .pipeline_parallel.actions import computations
+from .pipeline_parallel.actions import Overlap, computations
 from .pipeline_parallel.p2p_timeline import p2p_timeline
 from .pipeline_parallel.pair_timing import timed_schedule
 from .pipeline_parallel.schedules import SCHEDULES
-from .pipeline_parallel.timeline import makespan, timeline
+from .pipeline_parallel.timeline import timeline
 from .pipeline_parallel.timing import send_bytes
 from .step_cost import StepModel, optimizer_seconds
 from .step_passes import build_pass
@@ -313,20 +313,26 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
 
 
 def bound(c: Candidate) -> dict:
-    """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
+    """The schedule bound of one candidate that fits: the makespan of its real passes with the step's
+    point-to-point rules, or the end of a data-parallel stream where that is later, plus the optimizer."""
     layout, sim, passes, optimizer = _passes(c)
-    times = pipeline_bound(layout, passes, send_bound(layout, sim))
-    ready = stream_bound(layout, passes, _STATE["cluster"], _STATE["collectives"], times)
-    return {"bound": max(makespan(times), ready) + optimizer, "bound_kind": "schedule"}
+    spans = pipeline_bound(layout, passes, send_bound(layout, sim))
+    ready = stream_bound(layout, passes, _STATE["cluster"], _STATE["collectives"], spans)
+    return {"bound": max([ready] + [e for mine in spans for _s, e in mine]) + optimizer, "bound_kind": "schedule"}
 
 
-def pipeline_bound(layout, passes: dict, comm: float) -> list:
-    """The schedule's timeline of the passes alone, each send `comm` seconds: with the step's point-to-point rules
-    (p2p_timeline.py), or as timing.py runs overlapped pairs (timed_schedule) for the schedules that have them."""
+def pipeline_bound(layout, passes: dict, comm: float) -> list[list[tuple[float, float]]]:
+    """Per pipeline rank, (start, end) of each of its computations in the schedule's timeline of the passes alone,
+    each send `comm` seconds: with the step's point-to-point rules (p2p_timeline.py), or as timing.py runs
+    overlapped pairs (timed_schedule; a pair's passes both at the pair's times) for the schedules that have them."""
     cluster, cache = _STATE["cluster"], _STATE["collectives"]
     sched, duration = timed_schedule(layout, passes)
-    return p2p_timeline(layout, duration, comm, lambda r: loss_all_reduce(layout, cluster, cache, r)) or \
-        timeline(sched, duration, comm=comm, placement=layout.placement)
+    spans = p2p_timeline(layout, duration, comm, lambda r: loss_all_reduce(layout, cluster, cache, r))
+    if spans is None:
+        times = timeline(sched, duration, comm=comm, placement=layout.placement)
+        spans = [[(t.start, t.end) for t in mine for _x in (t.action.parts if isinstance(t.action, Overlap) else
+                                                            (t.action,))] for mine in times]
+    return spans
 
 
 def send_bound(layout, sim: StepModel) -> float:

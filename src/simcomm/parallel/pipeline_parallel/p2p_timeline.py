@@ -18,15 +18,14 @@ from typing import Callable
 
 from ...errors import SimcommError
 from .actions import FORWARD, INPUT_GRADIENT, Overlap
-from .timeline import Timed
 from .timing import MEGATRON_P2P_SCHEDULES, _posted_with
 
 
 def p2p_timeline(layout, duration: Callable, comm: float, loss: Callable[[int], float] | None = None) \
-        -> list[list[Timed]] | None:
-    """Each rank's actions with the times they run (module docstring): duration(rank, action) of a pass, `comm`
-    seconds a send takes, loss(rank) seconds of the loss all-reduce after a forward that ends the model (None:
-    none). None for a schedule with overlapped pairs."""
+        -> list[list[tuple[float, float]]] | None:
+    """Per rank, (start, end) of each of its actions in order (module docstring): duration(rank, action) of a pass,
+    `comm` seconds a send takes, loss(rank) seconds of the loss all-reduce after a forward that ends the model
+    (None: none). None for a schedule with overlapped pairs."""
     if any(isinstance(a, Overlap) for acts in layout.schedule for a in acts):
         return None
     walk = _Walk(layout, duration, comm, loss)
@@ -54,7 +53,7 @@ class _Walk:
         self.rendezvous, self.overlap = cfg.p2p_rendezvous, cfg.overlap_p2p_comm
         self.posted: dict = {}
         self.arrived: dict = {}
-        self.out: list[list[Timed]] = [[] for _ in layout.schedule]
+        self.out: list[list[tuple[float, float]]] = [[] for _ in layout.schedule]
 
     def progress(self) -> int:
         return len(self.posted) + len(self.arrived) + sum(map(len, self.out))
@@ -62,64 +61,59 @@ class _Walk:
     def rank(self, r: int):
         """Rank r's walk: a generator that yields (False) while it waits for another rank."""
         actions = list(self.layout.schedule[r])
-        receives = [self._receive(r, a) for a in actions]
+        placement, chunks = self.layout.placement, self.layout.chunks
+        prev = [placement.prev(r, c) for c in range(chunks)]
+        nxt = [placement.next(r, c) for c in range(chunks)]
+        receives, outputs = [], []  # per action: the arrival it waits for, and the (rank, chunk) it sends to
+        for a in actions:
+            forward = a.phase == FORWARD
+            source = prev[a.chunk] if forward else nxt[a.chunk] if a.phase in INPUT_GRADIENT else None
+            receives.append(None if source is None else ("F" if forward else "B", a.microbatch, r, a.chunk))
+            outputs.append(nxt[a.chunk] if forward else prev[a.chunk] if a.phase in INPUT_GRADIENT else None)
         lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
         steady = lead < sum(a.phase == FORWARD for a in actions)
+        defers = self.rendezvous and self.interleaved and steady and not self.overlap
+        posted, arrived, out, comm = self.posted, self.arrived, self.out[r], self.comm
         if not self.megatron:
             self._post(0.0, *(k for k in receives if k is not None))
         now, deferred = 0.0, []
         for i, a in enumerate(actions):
             key = receives[i]
             if key is not None:
-                self._post(now, key)
-            when, ahead = _posted_with(actions, i, self.interleaved, self.overlap) if self.megatron else ("", [])
+                posted.setdefault(key, now)
+                while key not in arrived:
+                    yield False
+                now = max(now, arrived[key])
+            when, ahead = _posted_with(actions, i, self.interleaved, self.overlap) if self.megatron else ("", ())
             ahead = [k for k in (receives[j] for j in ahead) if k is not None]
-            while key is not None and key not in self.arrived:
-                yield False
-            now = max(now, self.arrived[key]) if key is not None else now
             if when == "start":
                 self._post(now, *ahead)
             start, now = now, now + self.duration(r, a)
-            self.out[r].append(Timed(r, a, start, now))
-            forward, to = a.phase == FORWARD, self._output(r, a)
+            out.append((start, now))
+            forward, to = a.phase == FORWARD, outputs[i]
             if forward and to is None and self.loss is not None:
                 now += self.loss(r)
             if when == "end":
                 self._post(now, *ahead)
             sends, deferred = deferred, []
             if to is not None and to[0] == r:  # the V's turn: on this GPU
-                self.arrived[("F" if forward else "B", a.microbatch, *to)] = now
+                arrived[("F" if forward else "B", a.microbatch, *to)] = now
             elif to is not None:
                 sends.append(("F" if forward else "B", a.microbatch, *to))
-            if self.rendezvous and self.interleaved and steady and not self.overlap and forward and \
-                    i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
+            if defers and forward and i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
                 deferred, sends = sends, []  # a steady iteration's exchange follows its backward (timing.py)
             through = now
             for k in sends:
-                while self.rendezvous and k not in self.posted:
+                while self.rendezvous and k not in posted:
                     yield False
-                self.arrived[k] = max(now, self.posted[k] if self.rendezvous else now) + self.comm
-                through = max(through, self.arrived[k])
+                arrived[k] = max(now, posted[k] if self.rendezvous else now) + comm
+                through = max(through, arrived[k])
             if not self.overlap:
                 now = through
 
     def _post(self, now: float, *keys) -> None:
         for k in keys:
             self.posted.setdefault(k, now)
-
-    def _receive(self, r: int, a):
-        placement = self.layout.placement
-        if a.phase == FORWARD:
-            source = placement.prev(r, a.chunk)
-        else:
-            source = placement.next(r, a.chunk) if a.phase in INPUT_GRADIENT else None
-        return None if source is None else ("F" if a.phase == FORWARD else "B", a.microbatch, r, a.chunk)
-
-    def _output(self, r: int, a):
-        placement = self.layout.placement
-        if a.phase == FORWARD:
-            return placement.next(r, a.chunk)
-        return placement.prev(r, a.chunk) if a.phase in INPUT_GRADIENT else None
 
 
 __all__ = ["p2p_timeline"]
