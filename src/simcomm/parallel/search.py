@@ -548,19 +548,26 @@ def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int
                      and (simulated < simulate_at_least or b < best)]
             drop = set(batch)
             heap = [(b, i) for b, i in heap if i not in drop]
-            for i, res in run(REFINE[kind], batch):
+            for i, res in run(REFINE[kind], _longest_first(rows, batch)):
                 res["bound"] = max(res["bound"], rows[i]["bound"])  # each grade a lower bound: the highest holds
                 rows[i].update(res)
                 heap.append((res["bound"], i))
             heapq.heapify(heap)
             continue
         batch = [heapq.heappop(heap)[1] for _ in top]
-        for i, res in run(simulate, batch):
+        for i, res in run(simulate, _longest_first(rows, batch)):
             rows[i].update(res)
             if "step_time" in res:
                 best = min(best, res["step_time"])
         simulated += len(batch)
     return simulated, not heap or heap[0][0] >= best
+
+
+def _longest_first(rows: list[dict], batch: list[int]) -> list[int]:
+    """A batch in the order the workers should take it: the most passes first (a step's and a bound's cost grows
+    with them), so that no worker is left with a long one at the end while the other waits. Its results do not
+    depend on the order."""
+    return sorted(batch, key=lambda i: -rows[i]["pp"] * rows[i]["v"] * rows[i]["microbatches"])
 
 
 def _own(given: TrainingConfig, base: TrainingConfig, cands: list[Candidate], rows: list[dict], call) -> dict:
