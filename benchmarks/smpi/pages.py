@@ -6,6 +6,8 @@ programs fill them (np.full), each way of backing them with pages in a fresh pro
   2 MiB-aligned) advised MADV_HUGEPAGE, so about half of it can be 2 MiB pages.
 - region-thp: all arrays views of one private anonymous mapping, 2 MiB-aligned and advised MADV_HUGEPAGE before
   anything touches it: every page can be a 2 MiB page, the most any allocator could get.
+- region-populate: the same region of 4 KiB pages, all faulted in by the kernel in one call (MAP_POPULATE), then
+  filled: the faults without a trap each.
 - reused-plain, reused-thp: plain and numpy-thp, measured on a second round of arrays after the first round was
   freed in the same process (memory this process has already faulted in once).
 
@@ -29,22 +31,29 @@ import time
 
 import numpy as np
 
-WAYS = ("plain", "numpy-thp", "region-thp", "reused-plain", "reused-thp")
+WAYS = ("plain", "numpy-thp", "region-thp", "region-populate", "reused-plain", "reused-thp")
 _HUGE = 2 << 20
 
 
-def _region(n: int, count: int) -> tuple[mmap.mmap, list[np.ndarray]] | None:
-    """n views of count float32 in one private mapping, 2 MiB-aligned and advised MADV_HUGEPAGE; None where the
-    system has no such advice (not Linux)."""
-    if not hasattr(mmap, "MADV_HUGEPAGE"):
-        return None
+def _full(n: int, count: int) -> list[np.ndarray]:
+    return [np.full(count, rank, dtype=np.float32) for rank in range(n)]
+
+
+def _in_region(n: int, count: int, populate: bool) -> list[np.ndarray]:
+    """The same arrays as views of one private mapping: 2 MiB-aligned and advised MADV_HUGEPAGE, or (populate)
+    of 4 KiB pages all faulted in by the kernel in one call (MAP_POPULATE) before the fill."""
     size = n * count * 4
-    region = mmap.mmap(-1, size + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    raw = np.frombuffer(region, dtype=np.uint8)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (mmap.MAP_POPULATE if populate else 0)
+    region = mmap.mmap(-1, size + _HUGE, flags=flags)
+    raw = np.frombuffer(region, dtype=np.uint8)  # the views keep the mapping alive
     skip = -raw.ctypes.data % _HUGE
-    region.madvise(mmap.MADV_HUGEPAGE, skip, size)
+    if not populate:
+        region.madvise(mmap.MADV_HUGEPAGE, skip, size)
     data = raw[skip:skip + size].view(np.float32)
-    return region, [data[rank * count:(rank + 1) * count] for rank in range(n)]
+    xs = [data[rank * count:(rank + 1) * count] for rank in range(n)]
+    for rank, x in enumerate(xs):
+        x[...] = rank
+    return xs
 
 
 def _huge_mb() -> float:
@@ -55,36 +64,32 @@ def _huge_mb() -> float:
         return 0.0
 
 
-def _fill(n: int, count: int, views: list[np.ndarray] | None = None) -> tuple[list[np.ndarray], dict]:
-    """np.full for every rank, or the same values written into the given views."""
+def _timed(make, n: int, count: int) -> tuple[list[np.ndarray], dict]:
     usage0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    if views is None:
-        xs = [np.full(count, rank, dtype=np.float32) for rank in range(n)]
-    else:
-        for rank, x in enumerate(views):
-            x[...] = rank
-        xs = views
+    xs = make(n, count)
     usage1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     system = usage1.ru_stime - usage0.ru_stime
     return xs, {"wall": t1 - t0, "cpu": usage1.ru_utime - usage0.ru_utime + system, "system": system}
 
 
 def child(way: str, n: int, count: int) -> dict:
-    """One way, in this (fresh) process: the fill's times, its MB in huge pages, the peak MB."""
-    region = _region(n, count) if way == "region-thp" else None
-    if way == "region-thp" and region is None:
-        return {"way": way, "error": "no MADV_HUGEPAGE here"}
-    xs, times = _fill(n, count, region and region[1])
+    """One way, in this (fresh) process: the fill's times (allocation included), its MB in 2 MiB pages, the peak
+    MB; an error where the system lacks what the way needs (the region ways: Linux's MADV_HUGEPAGE, MAP_POPULATE)."""
+    if way.startswith("region") and not hasattr(mmap, "MADV_HUGEPAGE" if way == "region-thp" else "MAP_POPULATE"):
+        return {"way": way, "error": "not on this system"}
+    make = (lambda n, count: _in_region(n, count, way == "region-populate")) if way.startswith("region") else _full
+    xs, times = _timed(make, n, count)
     if way.startswith("reused"):
         del xs
-        xs, times = _fill(n, count)
+        xs, times = _timed(make, n, count)
     if any(x[-1] != rank for rank, x in enumerate(xs)):
         raise AssertionError("a fill went wrong")
-    return {"way": way, **times, "huge_mb": _huge_mb(), "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"way": way, **times, "huge_mb": _huge_mb(), "peak_mb": peak}
 
 
 def _run(way: str, n: int, count: int) -> dict:
-    plain = way.endswith("plain")
+    plain = way.endswith(("plain", "populate"))
     env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0" if plain else "1"}
     done = subprocess.run([sys.executable, __file__, "--child", way, str(n), str(count)], env=env,
                           capture_output=True, text=True, check=True)
@@ -108,12 +113,12 @@ def main(n: int, count: int, repeats: int) -> list[dict]:
 
 def _print(rows: list[dict], n: int, count: int) -> None:
     print(f"{n} arrays x {count * 4 / 2**20:g} MiB, filled (medians)")
-    print(f"{'way':<14}{'wall s':>8}{'cpu s':>8}{'system s':>10}{'2 MiB pages MB':>16}{'peak MB':>9}")
+    print(f"{'way':<17}{'wall s':>8}{'cpu s':>8}{'system s':>10}{'2 MiB pages MB':>16}{'peak MB':>9}")
     for r in rows:
         if "error" in r:
-            print(f"{r['way']:<14}{r['error']}")
+            print(f"{r['way']:<17}{r['error']}")
         else:
-            print(f"{r['way']:<14}{r['wall']:8.3f}{r['cpu']:8.3f}{r['system']:10.3f}{r['huge_mb']:16.0f}"
+            print(f"{r['way']:<17}{r['wall']:8.3f}{r['cpu']:8.3f}{r['system']:10.3f}{r['huge_mb']:16.0f}"
                   f"{r['peak_mb']:9.0f}")
 
 
