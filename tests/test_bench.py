@@ -136,6 +136,7 @@ def test_the_page_costs_program_fills_every_way_and_prints_a_row_each(tmp_path):
             wall, cpu, system, huge, peak = map(float, cells)
             assert wall > 0 and cpu >= system >= 0 and peak >= 12 and 0 <= huge <= 12
 
+
 def test_a_failed_process_says_why_in_one_line():
     import sys
 

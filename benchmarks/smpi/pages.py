@@ -48,7 +48,10 @@ def _in_region(n: int, count: int, populate: bool) -> list[np.ndarray]:
     raw = np.frombuffer(region, dtype=np.uint8)  # the views keep the mapping alive
     skip = -raw.ctypes.data % _HUGE
     if not populate:
-        region.madvise(mmap.MADV_HUGEPAGE, skip, size)
+        try:
+            region.madvise(mmap.MADV_HUGEPAGE, skip, size)
+        except OSError:  # a kernel without transparent huge pages: the row then shows none
+            pass
     data = raw[skip:skip + size].view(np.float32)
     xs = [data[rank * count:(rank + 1) * count] for rank in range(n)]
     for rank, x in enumerate(xs):
