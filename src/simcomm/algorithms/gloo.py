@@ -141,25 +141,22 @@ def _ring(coll: Collective, buf: Buffers, blocks: int, block_count: int, kind: s
         work = _padded(np.ascontiguousarray(rows).reshape(n, blocks, count), n, per)
     r = np.arange(n)
     left = (r - 1) % n
-    # Equal chunks make every stage the same flows: one step repeated (the executor times repeats once).
+    # Every stage is the first one's chunk sizes moved one rank on (at stage s rank r sends chunk r+1+s): one step
+    # repeated n-1 times, rotating its sizes unless the chunks are equal (the executor times either at once).
     even = bool((true == true[0]).all())
-    for s in range(1 if even else n - 1):
-        c = (r + 1 + s) % n
-        yield step(r, left, true[0] if even else true[c], reduce=True, repeat=n - 1 if even else 1,
-                   label="reduce-scatter" if even else f"reduce-scatter {s + 1}/{n - 1}")
-        if work is not None:
-            for s2 in range(n - 1) if even else (s,):
-                c = (r + 1 + s2) % n
-                work[left, :, c] = gloo_combine(buf.op, work[left, :, c], work[r, :, c])
+    one = "" if even or n > 2 else " 1/1"  # a single stage keeps its number, as when each stage was a step
+    yield step(r, left, true[0] if even else np.roll(true, -1), reduce=True, repeat=n - 1, rotate=0 if even else 1,
+               label="reduce-scatter" + one)
+    if work is not None:
+        for s in range(n - 1):
+            c = (r + 1 + s) % n
+            work[left, :, c] = gloo_combine(buf.op, work[left, :, c], work[r, :, c])
     if gather:
-        for s in range(1 if even else n - 1):
-            c = (r + s) % n
-            yield step(r, left, true[0] if even else true[c], repeat=n - 1 if even else 1,
-                       label="all-gather" if even else f"all-gather {s + 1}/{n - 1}")
-            if work is not None:
-                for s2 in range(n - 1) if even else (s,):
-                    c = (r + s2) % n
-                    work[left, :, c] = work[r, :, c]
+        yield step(r, left, true[0] if even else true, repeat=n - 1, rotate=0 if even else 1, label="all-gather" + one)
+        if work is not None:
+            for s in range(n - 1):
+                c = (r + s) % n
+                work[left, :, c] = work[r, :, c]
     else:
         # reduce.cc runs its segment loop numSegments - 2 times, (numSegments/N - 2) segments past the
         # reduce-scatter: rank r sends the head of its finished chunk r to r-1, which adds it to its chunk r.

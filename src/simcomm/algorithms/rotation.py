@@ -1,0 +1,123 @@
+"""A rotating step (Step.rotate): repeats whose flow sizes move one flow on each time, as gloo's ring moves its
+uneven chunks one rank per stage.
+
+Step by step each repeat is a step of its own on the engine: n-1 stages of n flows, O(n^2) for a ring. When the
+collective has the simulation to itself, its flows share no link and every route is alike (the same bottleneck
+rate and latency: one host's loopback, a star), a flow's timing depends only on its size and when its stage
+starts. Each stage is then timed on one flow per distinct size with the engine's own rules for a batch alone on its
+links (symmetric.Reduced.finish), and the executor's latency clocks and reductions are advanced with its own
+arithmetic (executor._Executor.after), so the times are the step-by-step path's, bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine.maxmin import max_min_rates_csr
+from ..engine.resources import reduction_bytes
+from .plan import Step
+from .symmetric import Bookings, Flows, Reduced, has_to_itself
+
+
+def rotating(ex, st: Step):
+    """Time the st.repeat repeats of rotating step st on executor ex (a generator of events)."""
+    done = 0
+    stage = _Stages.of(ex, st)
+    if stage is not None:
+        done = yield from stage.run()
+    for j in range(done, st.repeat):
+        yield from ex.step(st.rotated(j), j + 1)
+
+
+class _Stages:
+    """A rotating step's stages in closed form: k distinct sizes, one flow of each timed per stage."""
+
+    def __init__(self, ex, st: Step, rate: float, latency: float, wire_factor: float):
+        self.ex, self.st = ex, st
+        self.latency = latency
+        self.sizes, self.kind = np.unique(st.nbytes, return_inverse=True)  # a flow's size class
+        k = len(self.sizes)
+        self.reduced = Reduced(np.full(k, rate), [np.arange(k)[:, None]])  # one link of its own per flow
+        self.flows = Flows(np.arange(k), np.ones(k), self.sizes * wire_factor)
+        self.reduces = reduction_bytes(self.sizes) if st.reduce else None
+
+    @classmethod
+    def of(cls, ex, st: Step) -> "_Stages | None":
+        """The closed form of st on ex, or None where it does not apply (the stages then go step by step)."""
+        sim = ex.sim
+        if not has_to_itself(sim) or st.routes is not None or st.weight is not None or st.chains is not None or \
+                st.local_reduce is not None or ex.ready.shape[0] != 1 or not np.isinf(ex.proto.max_rate):
+            return None
+        if len(np.unique(st.dst)) != len(st.dst) or not len(st.src):
+            return None
+        wire, until = ex.beside_compute(st)
+        if until is not None:
+            return None
+        cluster = sim.cluster
+        g_src, g_dst, extra = ex.flows(st)
+        routes = cluster.route_ids(g_src, g_dst)
+        on, _ = cluster.links_crossed(routes)
+        if len(on) and np.bincount(on).max() > 1:
+            return None  # flows that share a link: their rates depend on which others are still sending
+        latency = cluster.route_latency[routes] + extra  # FlowNetwork.latency_of
+        lengths, starts, links = cluster.route_csr()
+        rates = max_min_rates_csr(lengths[routes], starts[routes], links, np.ones(len(routes)),
+                                  cluster.link_capacity)
+        if (latency != latency[0]).any() or (rates != rates[0]).any() or not np.isfinite(rates[0]):
+            return None
+        return cls(ex, st, float(rates[0]), float(latency[0]), wire)
+
+    def run(self):
+        """Time every stage; returns how many (all of them)."""
+        ex, st = self.ex, self.st
+        sim = ex.sim
+        book = Bookings(sim.memory, ex.coll.ranks) if self.reduces is not None else None
+        ready = ex.ready[0]
+        t = sim.now
+        for j in range(st.repeat):
+            t = self._stage(t, np.roll(self.kind, -j), ready, book)
+        ex.last = ex.last_cost = ex.last_reduction = None
+        if book is not None:
+            book.commit(f"{ex.label} reduce", ex.tags)
+        net = sim.network.stats
+        net["transfers"] += st.repeat
+        net["flows"] += st.repeat * len(st.src)
+        net["closed_form"] += st.repeat
+        net["solves"] += self.reduced.solves
+        yield sim.env.timeout(_delay_to(sim.env.now, t))
+        return st.repeat
+
+    def _stage(self, t0: float, kind: np.ndarray, ready: np.ndarray, book) -> float:
+        """One stage from t0 (the executor's step and after), flow i of size class kind[i]; when the next starts."""
+        st, ex = self.st, self.ex
+        finish = self.reduced.finish(t0, self.flows)
+        now = float(finish.max())  # the stage's last byte: the executor's next step starts then
+        cost = ((finish - t0) + self.latency)[kind]
+        arrival = np.maximum(ready[st.src], t0) + cost
+        ready[st.dst] = np.maximum(ready[st.dst], arrival)
+        if book is None:
+            return now
+        per_rank = np.zeros(len(ready))
+        per_rank[st.dst] = self.reduces[kind]
+        who = np.flatnonzero(per_rank)
+        if not len(who):
+            return now
+        traffic = per_rank[who]
+        ends = book.use(who, traffic, t0)
+        floor = t0 + float(cost.min())
+        top = float(ends.max())
+        if ex.fused and top > floor:
+            ready[who] = np.maximum(ready[who], ends)
+        elif not ex.fused:
+            ready[who] += traffic / ex.sim.memory.rate
+        return now + max(top - now, 0.0) if top > now else now
+
+
+def _delay_to(now: float, when: float) -> float:
+    """A delay that takes the clock from `now` to exactly `when` (now + (when - now) can miss it by an ulp)."""
+    delay = max(when - now, 0.0)
+    for _ in range(8):
+        got = now + delay
+        if got == when or delay == 0.0:
+            break
+        delay = float(np.nextafter(delay, np.inf if got < when else -np.inf))
+    return delay
