@@ -45,7 +45,7 @@ class _Stages:
         """The closed form of st on ex, or None where it does not apply (the stages then go step by step)."""
         sim = ex.sim
         if not has_to_itself(sim) or st.routes is not None or st.weight is not None or st.chains is not None or \
-                st.local_reduce is not None or ex.ready.shape[0] != 1 or not np.isinf(ex.proto.max_rate):
+                st.local_reduce is not None or ex.ready.shape[0] != 1:
             return None
         if len(np.unique(st.dst)) != len(st.dst) or not len(st.src):
             return None
@@ -64,6 +64,8 @@ class _Stages:
                                   cluster.link_capacity)
         if (latency != latency[0]).any() or (rates != rates[0]).any() or not np.isfinite(rates[0]):
             return None
+        # A protocol's rate cap raises the wire factor by the busiest sender's payload over its route's narrowest
+        # link (executor.wire): with one flow per link and every route that narrow, the same for every rotation.
         return cls(ex, st, float(rates[0]), float(latency[0]), wire)
 
     def run(self):

@@ -1,0 +1,110 @@
+"""gloo's uneven ring as rotating steps (algorithms/rotation.py): the closed form gives the step-by-step path's
+simulated times, timeline, memory rows and values bit for bit, and is taken where it applies."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simcomm.distributed as dist
+from simcomm.algorithms import rotation
+from simcomm.algorithms.gloo import gloo_reference, segmentation
+from simcomm.distributed.spawn import spawn
+from simcomm.distributed.tensors import size_only
+from simcomm.hardware import build_cluster
+
+
+def _program(rank, kind, count, dtype, op_name):
+    n = dist.get_world_size()
+    op = getattr(dist.ReduceOp, op_name)
+    out = []
+    for i in range(2):  # twice: the second call meets what the first left behind (the engine's caches)
+        x = ((np.arange(count) * 0.37 + rank * 1.3 + i) % 7).astype(dtype)
+        if kind == "all_reduce":
+            dist.all_reduce(x, op=op)
+        elif kind == "reduce":
+            dist.reduce(x, dst=n - 1, op=op)
+        elif kind == "reduce_scatter_tensor":
+            y = ((np.arange(n * count) * 0.11 + rank) % 5).astype(dtype)
+            x = np.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(x, y, op=op)
+        elif kind == "reduce_scatter":
+            x = np.empty(count, dtype=dtype)
+            dist.reduce_scatter(x, [((np.arange(count) + j + rank) % 3).astype(dtype) for j in range(n)], op=op)
+        else:  # size-only
+            dist.all_reduce(size_only(count, dtype=dtype), op=op)
+            x = np.zeros(0, dtype=dtype)
+        out.append(x.tobytes())
+    return b"".join(out)
+
+
+def _run(monkeypatch, stepwise: bool, n: int, *args, cluster="cpu-host"):
+    """(what must agree, closed-form stages) of one run, the closed form forbidden if stepwise."""
+    with monkeypatch.context() as m:
+        if stepwise:
+            m.setattr(rotation._Stages, "of", classmethod(lambda cls, ex, st: None))
+        r = spawn(_program, args=args, nprocs=n, cluster=cluster, detail="steps")
+    timeline = [(a.rank, a.kind, a.start, a.end, a.label) for a in r.timeline]
+    rows = [(s.kind, s.label, s.steps, s.ranks, s.start, s.end, s.amount) for s in r.simulation.recorder.step_rows()]
+    memory = r.simulation.memory.free_at.tobytes()
+    return (r.elapsed, r.finish_times, r.results, timeline, rows, memory), r.stats()["closed_form"]
+
+
+CASES = [(n, count) for n in (3, 5, 16, 67) for count in (1, 3, n, 2 * n - 1, 10 * n + 3)]
+
+
+@pytest.mark.parametrize("n,count", CASES)
+def test_all_reduce_unchanged(monkeypatch, n, count):
+    closed, stages = _run(monkeypatch, False, n, "all_reduce", count, "float32", "SUM")
+    stepwise, before = _run(monkeypatch, True, n, "all_reduce", count, "float32", "SUM")
+    assert closed == stepwise
+    per = segmentation(count, n, 4)[2]
+    if count != n * per:  # uneven chunks: every stage of both calls (2 phases of n-1) in closed form now
+        assert stages == 2 * 2 * (n - 1) and before < stages
+
+
+@pytest.mark.parametrize("kind", ["reduce", "reduce_scatter_tensor", "reduce_scatter", "size_only"])
+@pytest.mark.parametrize("dtype,op", [("float64", "SUM"), ("int8", "MAX"), ("float32", "PRODUCT")])
+def test_other_collectives_unchanged(monkeypatch, kind, dtype, op):
+    for n, count in ((7, 3), (33, 41)):  # uneven chunks in every kind
+        closed, stages = _run(monkeypatch, False, n, kind, count, dtype, op)
+        stepwise, before = _run(monkeypatch, True, n, kind, count, dtype, op)
+        assert closed == stepwise
+        assert stages > before  # the closed form was taken
+
+
+def test_values_are_gloo_order():
+    """A float32 sum whose order shows: the closed form moves the data as gloo does (ranks c-1, c-2, ..., c)."""
+    n, count = 40, 5
+    xs = np.random.default_rng(3).standard_normal((n, count)).astype(np.float32) * 1e3
+
+    def program(rank):
+        x = xs[rank].copy()
+        dist.all_reduce(x)
+        return x
+
+    expect = gloo_reference(xs, dist.ReduceOp.SUM)[0]
+    r = spawn(program, nprocs=n, cluster="cpu-host", detail="steps")
+    assert r.stats()["closed_form"] >= 2 * (n - 1)
+    assert all(v.tobytes() == expect.tobytes() for v in r.results)
+
+
+def test_where_it_does_not_apply(monkeypatch):
+    """Several hosts: the ring's flows across hosts differ from those inside one, so the stages go step by step
+    (and give the same)."""
+    cluster = build_cluster("cpu-host", nodes=3, ranks_per_node=4)
+    closed, stages = _run(monkeypatch, False, 12, "all_reduce", 1, "float32", "SUM", cluster=cluster)
+    stepwise, before = _run(monkeypatch, True, 12, "all_reduce", 1, "float32", "SUM", cluster=cluster)
+    assert closed == stepwise and stages == before
+
+
+def test_nvswitch_node_unchanged(monkeypatch):
+    """gloo's numerics on one NVSwitch node: each GPU's flows on ports of its own, the closed form applies."""
+    results = []
+    for stepwise in (False, True):
+        with monkeypatch.context() as m:
+            if stepwise:
+                m.setattr(rotation._Stages, "of", classmethod(lambda cls, ex, st: None))
+            r = spawn(_program, args=("all_reduce", 5, "float32", "SUM"), nprocs=8, cluster="hgx-h100",
+                      numerics="gloo", detail="steps")
+        results.append((r.elapsed, r.results, [(a.rank, a.start, a.end) for a in r.timeline], r.stats()["closed_form"]))
+    assert results[0][:3] == results[1][:3] and results[0][3] > results[1][3]
