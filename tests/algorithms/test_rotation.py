@@ -7,7 +7,9 @@ import pytest
 
 import simcomm.distributed as dist
 from simcomm.algorithms import rotation
-from simcomm.algorithms.gloo import gloo_reference, segmentation
+from simcomm.algorithms.gloo import gloo_all_reduce, gloo_combine, gloo_reduce, gloo_reference, segmentation
+from simcomm.algorithms.plan import Buffers, Collective
+from simcomm.algorithms.reduce_ops import ReduceOp
 from simcomm.distributed.spawn import spawn
 from simcomm.distributed.tensors import size_only
 from simcomm.hardware import build_cluster
@@ -108,3 +110,39 @@ def test_nvswitch_node_unchanged(monkeypatch):
                       numerics="gloo", detail="steps")
         results.append((r.elapsed, r.results, [(a.rank, a.start, a.end) for a in r.timeline], r.stats()["closed_form"]))
     assert results[0][:3] == results[1][:3] and results[0][3] > results[1][3]
+
+
+def _old_ring(rows: np.ndarray, op, gather: bool, root: int = 0) -> np.ndarray:
+    """The data of gloo's ring as the per-stage plan moved it before (every chunk padded, empty ones too)."""
+    n, count = rows.shape
+    per = segmentation(count, n, rows.dtype.itemsize, "all_reduce" if gather else "reduce")[2]
+    work = np.zeros((n, n * per), rows.dtype)
+    work[:, :count] = rows
+    work = work.reshape(n, n, per)
+    r = np.arange(n)
+    for s in range(n - 1):
+        c = (r + 1 + s) % n
+        work[r - 1, c] = gloo_combine(op, work[r - 1, c], work[r, c])
+    if gather:
+        for s in range(n - 1):
+            c = (r + s) % n
+            work[r - 1, c] = work[r, c]
+    else:
+        others = r[r != root]
+        work[root, others] = work[others, others]
+    return work.reshape(n, -1)[:, :count]
+
+
+@pytest.mark.parametrize("n,count", [(2, 1), (5, 1), (6, 3), (9, 13), (16, 31), (7, 40)])
+@pytest.mark.parametrize("op", ["SUM", "MAX", "PRODUCT"])
+def test_data_of_chunks_holding_data_only(n, count, op):
+    """Only the chunks holding data move now: the same bits as moving every (padded) chunk, the partial sums gloo
+    leaves on reduce's other ranks included."""
+    rows = np.random.default_rng(n * count).standard_normal((n, count)).astype(np.float32)
+    op = getattr(ReduceOp, op)
+    for plan, gather in ((gloo_all_reduce, True), (gloo_reduce, False)):
+        root = count % n
+        coll = Collective("all_reduce" if gather else "reduce", np.arange(n), count, rows.dtype, op, root)
+        buf = Buffers(rows.copy(), op)
+        list(plan(coll, buf))
+        assert buf.rows.tobytes() == _old_ring(rows, op, gather, root).tobytes()
