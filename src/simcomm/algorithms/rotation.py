@@ -39,6 +39,7 @@ class _Stages:
         self.reduced = Reduced(np.full(k, rate), [np.arange(k)[:, None]])  # one link of its own per flow
         self.flows = Flows(np.arange(k), np.ones(k), self.sizes * wire_factor)
         self.reduces = reduction_bytes(self.sizes) if st.reduce else None
+        self.solves = 0
 
     @classmethod
     def of(cls, ex, st: Step) -> "_Stages | None":
@@ -84,7 +85,7 @@ class _Stages:
         net["transfers"] += st.repeat
         net["flows"] += st.repeat * len(st.src)
         net["closed_form"] += st.repeat
-        net["solves"] += self.reduced.solves
+        net["solves"] += self.solves
         yield sim.env.timeout(_delay_to(sim.env.now, t))
         return st.repeat
 
@@ -92,6 +93,7 @@ class _Stages:
         """One stage from t0 (the executor's step and after), flow i of size class kind[i]; when the next starts."""
         st, ex = self.st, self.ex
         finish = self.reduced.finish(t0, self.flows)
+        self.solves += self.reduced.solves
         now = float(finish.max())  # the stage's last byte: the executor's next step starts then
         cost = ((finish - t0) + self.latency)[kind]
         arrival = np.maximum(ready[st.src], t0) + cost
