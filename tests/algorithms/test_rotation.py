@@ -146,3 +146,53 @@ def test_data_of_chunks_holding_data_only(n, count, op):
         buf = Buffers(rows.copy(), op)
         list(plan(coll, buf))
         assert buf.rows.tobytes() == _old_ring(rows, op, gather, root).tobytes()
+
+
+@pytest.mark.parametrize("most", [None, 2, 0])
+@pytest.mark.parametrize("memory", [None, 1e9])
+def test_runs_and_ranks_agree(monkeypatch, most, memory):
+    """Clocks kept as runs (ring_runs.py), switching to rank by rank part way (at most `most` runs) or from the
+    start (0), and memory slow enough that every stage waits for its reductions: all the step-by-step path's."""
+    n = 67
+    cluster = build_cluster("cpu-host", ranks_per_node=n,
+                            overrides=None if memory is None else {"memory_bandwidth": memory})
+    if most is not None:
+        monkeypatch.setattr(rotation, "_MOST_RUNS", most)
+        monkeypatch.setattr(rotation, "_RUNS_PER_RANK", 10 ** 9)
+    for count in (1, 3, n + 2):
+        closed, stages = _run(monkeypatch, False, n, "all_reduce", count, "float32", "SUM", cluster=cluster)
+        stepwise, before = _run(monkeypatch, True, n, "all_reduce", count, "float32", "SUM", cluster=cluster)
+        assert closed == stepwise and stages == 2 * 2 * (n - 1)
+
+
+def test_switching_to_ranks_part_way(monkeypatch):
+    """Runs that grow too many part way through a phase hand over every rank's clock and memory as they are."""
+    from simcomm.algorithms.ring_runs import RingRuns
+
+    class Growing(RingRuns):
+        taken = 0
+
+        def step(self, *args):
+            super().step(*args)
+            self.taken += 1
+
+        def __len__(self):
+            return 10 ** 9 if self.taken >= 5 else super().__len__()
+
+    n = 23
+    monkeypatch.setattr(rotation, "RingRuns", Growing)
+    for count in (1, 3, 30):
+        closed, stages = _run(monkeypatch, False, n, "all_reduce", count, "float32", "SUM")
+        stepwise, _ = _run(monkeypatch, True, n, "all_reduce", count, "float32", "SUM")
+        assert closed == stepwise and stages == 2 * 2 * (n - 1)
+
+
+def test_last_stage_is_the_last_reception():
+    from simcomm.algorithms.ring_runs import last_stage
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(2, 30))
+        held = np.flatnonzero(rng.random(n) < rng.random())
+        j = int(rng.integers(0, n))
+        expect = [max([s for s in range(j) if (p + 1 + s) % n in set(held.tolist())], default=-1) for p in range(n)]
+        assert list(last_stage(held, n, j)) == expect

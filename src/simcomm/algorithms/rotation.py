@@ -15,7 +15,11 @@ import numpy as np
 from ..engine.maxmin import max_min_rates_csr
 from ..engine.resources import reduction_bytes
 from .plan import Step
+from .ring_runs import RingRuns, last_stage
 from .symmetric import Bookings, Flows, Reduced, has_to_itself
+
+_MOST_RUNS, _RUNS_PER_RANK = 64, 8  # runs of equal clocks (or one per 8 ranks) beyond which a stage is cheaper
+# rank by rank
 
 
 def rotating(ex, st: Step):
@@ -40,6 +44,12 @@ class _Stages:
         self.flows = Flows(np.arange(k), np.ones(k), self.sizes * wire_factor)
         self.reduces = reduction_bytes(self.sizes) if st.reduce else None
         self.solves = 0
+        n = len(st.src)
+        self._amounts = self._who = None  # a stage's reductions, one per reducing rank (integral: any order)
+        if self.reduces is not None and (self.reduces > 0).any():
+            self._amounts = self.reduces[self.kind][self.reduces[self.kind] > 0]
+            self._who = np.zeros(len(self._amounts), np.int64)  # "steps" rows count the ranks, not which
+        self.ring = bool((st.src == np.arange(n)).all() and (st.dst == (st.src - 1) % n).all())
 
     @classmethod
     def of(cls, ex, st: Step) -> "_Stages | None":
@@ -76,7 +86,10 @@ class _Stages:
         book = Bookings(sim.memory, ex.coll.ranks) if self.reduces is not None else None
         ready = ex.ready[0]
         t = sim.now
-        for j in range(st.repeat):
+        j = 0
+        if self.ring and (book is None or (book.free <= t).all()):
+            t, j = self._as_runs(t, ready, book)
+        for j in range(j, st.repeat):
             t = self._stage(t, np.roll(self.kind, -j), ready, book)
         ex.last = ex.last_cost = ex.last_reduction = None
         if book is not None:
@@ -89,13 +102,55 @@ class _Stages:
         yield sim.env.timeout(_delay_to(sim.env.now, t))
         return st.repeat
 
+    def _timing(self, t0: float) -> tuple[np.ndarray, float]:
+        """A stage from t0: each size class's cost (transfer and latency: executor.after) and when its last byte
+        is sent, which is when the executor's next step starts."""
+        finish = self.reduced.finish(t0, self.flows)
+        self.solves += self.reduced.solves
+        return (finish - t0) + self.latency, float(finish.max())
+
+    def _as_runs(self, t: float, ready: np.ndarray, book) -> tuple[float, int]:
+        """The stages on runs of equal clocks (ring_runs.py) while the ranks' memory is free at each stage's
+        start and the runs stay few; returns when the next stage starts and how many were timed. The clocks and
+        memory bookings are left as the step-by-step path leaves them."""
+        st, n = self.st, len(self.kind)
+        runs = RingRuns(ready.copy(), self.kind)
+        starts, j, stalled = [], 0, False
+        while j < st.repeat and not stalled and len(runs) <= max(_MOST_RUNS, n // _RUNS_PER_RANK):
+            starts.append(t)
+            t, stalled = self._runs_stage(t, runs, book)
+            j += 1
+        ready[:] = runs.clocks(j)
+        if book is not None:
+            held = np.flatnonzero(self.reduces[self.kind] > 0)
+            last = last_stage(held, n, j)
+            p = np.flatnonzero(last >= 0)
+            kind = self.kind[(p + 1 + last[p]) % n]
+            book.free[p] = np.asarray(starts)[last[p]] + self.reduces[kind] / book.queue.rate
+        return t, j
+
+    def _runs_stage(self, t0: float, runs: RingRuns, book) -> tuple[float, bool]:
+        """_stage on runs; with it, whether some rank's memory is still busy when the next stage starts (then
+        each rank's memory matters: the rest go rank by rank)."""
+        cost, now = self._timing(t0)
+        if book is None or self._amounts is None:
+            runs.step(t0, cost, None, None)
+            return now, False
+        nz, rate = self.reduces > 0, book.queue.rate
+        ends = t0 + self.reduces / rate  # every rank's memory is free by t0: DeviceQueue.use's end
+        top = float(ends[nz].max())
+        fused = self.ex.fused
+        hbm = np.where(nz, ends, -np.inf) if fused and top > t0 + float(cost.min()) else None
+        runs.step(t0, cost, None if fused else np.where(nz, self.reduces / rate, 0.0), hbm)
+        book.rows.append((self._who, t0, top, self._amounts))  # a "steps" row, as Bookings.commit records it
+        after = now + max(top - now, 0.0) if top > now else now  # executor.after's sim.at(top)
+        return after, after < top  # an ulp short of the reductions' end: the memory of each rank matters
+
     def _stage(self, t0: float, kind: np.ndarray, ready: np.ndarray, book) -> float:
         """One stage from t0 (the executor's step and after), flow i of size class kind[i]; when the next starts."""
         st, ex = self.st, self.ex
-        finish = self.reduced.finish(t0, self.flows)
-        self.solves += self.reduced.solves
-        now = float(finish.max())  # the stage's last byte: the executor's next step starts then
-        cost = ((finish - t0) + self.latency)[kind]
+        cost, now = self._timing(t0)
+        cost = cost[kind]
         arrival = np.maximum(ready[st.src], t0) + cost
         ready[st.dst] = np.maximum(ready[st.dst], arrival)
         if book is None:
