@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine.exact import delay_to
 from ..engine.maxmin import max_min_rates_csr
 from ..engine.resources import reduction_bytes
 from .plan import Step
@@ -99,7 +100,7 @@ class _Stages:
         net["flows"] += st.repeat * len(st.src)
         net["closed_form"] += st.repeat
         net["solves"] += self.solves
-        yield sim.env.timeout(_delay_to(sim.env.now, t))
+        yield sim.env.timeout(delay_to(sim.env.now, t))
         return st.repeat
 
     def _timing(self, t0: float) -> tuple[np.ndarray, float]:
@@ -170,13 +171,3 @@ class _Stages:
             ready[who] += traffic / ex.sim.memory.rate
         return now + max(top - now, 0.0) if top > now else now
 
-
-def _delay_to(now: float, when: float) -> float:
-    """A delay that takes the clock from `now` to exactly `when` (now + (when - now) can miss it by an ulp)."""
-    delay = max(when - now, 0.0)
-    for _ in range(8):
-        got = now + delay
-        if got == when or delay == 0.0:
-            break
-        delay = float(np.nextafter(delay, np.inf if got < when else -np.inf))
-    return delay
