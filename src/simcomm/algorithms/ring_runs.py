@@ -31,11 +31,16 @@ class RingRuns:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def step(self, t0: float, cost: np.ndarray, add: np.ndarray | None, floor: np.ndarray | None) -> None:
-        """One stage from t0: cost[k] per flow of class k; then add[k] added (reductions that delay the data)
-        or floor[k] taken (fused reductions that end later), -inf / 0 where a class does not reduce."""
+    def step(self, t0: float, cost: np.ndarray, add: np.ndarray | None, floor: np.ndarray | None,
+             special=None) -> None:
+        """One stage from t0: cost[k] per flow of class k, except at the positions special[0] (ascending), sent on
+        routes of their own at costs special[1]; then add[k] added (reductions that delay the data) or floor[k]
+        taken (fused reductions that end later), -inf / 0 where a class does not reduce."""
+        own = cost[self.cls]
+        if special is not None and len(special[0]):
+            own = self._split(*special, own)
         vals, cls, starts = self.vals, self.cls, self.starts
-        rest = np.maximum(vals, t0) + cost[cls]  # the run's other positions: max(y, own) = own as cost >= 0
+        rest = np.maximum(vals, t0) + own  # the run's other positions: max(y, own) = own as cost >= 0
         before = np.empty_like(vals)  # each run's left neighbour (circular)
         before[0], before[1:] = vals[-1], vals[:-1]
         first = np.maximum(before, rest)
@@ -56,6 +61,15 @@ class RingRuns:
         new = np.ones(len(s2), dtype=bool)
         new[1:] = (v2[1:] != v2[:-1]) | (c2[1:] != c2[:-1])
         self.starts, self.vals, self.cls = s2[new], v2[new], c2[new]
+
+    def _split(self, where: np.ndarray, costs: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """Runs cut so that each position in `where` is a run of its own; the runs' costs, `costs` at those."""
+        cuts = np.union1d(self.starts, np.union1d(where, where + 1))
+        cuts = cuts[cuts < self.n]
+        at = np.searchsorted(self.starts, cuts, side="right") - 1
+        self.starts, self.vals, self.cls, own = cuts, self.vals[at], self.cls[at], own[at]
+        own[np.searchsorted(cuts, where)] = costs
+        return own
 
     def clocks(self, j: int) -> np.ndarray:
         """Every rank's clock after j stages (rank i sends base position i + j next)."""

@@ -40,13 +40,19 @@ def rotating(ex, st: Step):
 class _Stages:
     """A rotating step's stages in closed form: k distinct sizes, one flow of each timed per stage."""
 
-    def __init__(self, ex, st: Step, rate: float, latency: float, wire_factor: float):
+    def __init__(self, ex, st: Step, rates: np.ndarray, latency: np.ndarray, group: np.ndarray, wire_factor: float):
         self.ex, self.st = ex, st
-        self.latency = latency
-        self.sizes, self.kind = np.unique(st.nbytes, return_inverse=True)  # a flow's size class
+        self.latency = latency  # of each route group (alike routes: the same rate and latency)
+        self.group = group  # of each flow
+        self.sizes, self.kind = np.unique(st.nbytes, return_inverse=True)  # a flow's size class at repeat 0
         k = len(self.sizes)
-        self.reduced = Reduced(np.full(k, rate), [np.arange(k)[:, None]])  # one link of its own per flow
-        self.flows = Flows(np.arange(k), np.ones(k), self.sizes * wire_factor)
+        self.count = np.bincount(self.kind, minlength=k)
+        self.major = int(np.argmax(np.bincount(group)))
+        self.minor = np.flatnonzero(group != self.major)  # the few flows on other routes (across hosts)
+        # One link of its own per (route group, size class): a stage times one flow of each it has.
+        self.reduced = Reduced(np.repeat(rates, k), [np.arange(len(rates) * k)[:, None]])
+        self.wire = np.tile(self.sizes * wire_factor, len(rates))
+        self._flows: dict = {}
         self.reduces = reduction_bytes(self.sizes) if st.reduce else None
         self.solves = 0
         n = len(st.src)
@@ -78,11 +84,16 @@ class _Stages:
         lengths, starts, links = cluster.route_csr()
         rates = max_min_rates_csr(lengths[routes], starts[routes], links, np.ones(len(routes)),
                                   cluster.link_capacity)
-        if (latency != latency[0]).any() or (rates != rates[0]).any() or not np.isfinite(rates[0]):
+        if not np.isfinite(rates).all():
             return None
+        alike, group = np.unique(np.stack([rates, latency], axis=1), axis=0, return_inverse=True)
+        group = group.reshape(-1)
+        if len(alike) > 1 and (not np.isinf(ex.proto.max_rate) or
+                               len(group) - np.bincount(group).max() > max(_MOST_RUNS, len(group) // 64)):
+            return None  # a rate cap (its wire factor would differ by rotation) or too many routes apart
         # A protocol's rate cap raises the wire factor by the busiest sender's payload over its route's narrowest
         # link (executor.wire): with one flow per link and every route that narrow, the same for every rotation.
-        return cls(ex, st, float(rates[0]), float(latency[0]), wire)
+        return cls(ex, st, alike[:, 0], alike[:, 1], group, wire)
 
     def run(self):
         """Time every stage; returns how many (all of them)."""
@@ -95,7 +106,7 @@ class _Stages:
         if self.ring and (book is None or (book.free <= t).all()):
             t, j = self._as_runs(t, ready, book)
         for j in range(j, st.repeat):
-            t = self._stage(t, np.roll(self.kind, -j), ready, book)
+            t = self._stage(t, j, ready, book)
         ex.last = ex.last_cost = ex.last_reduction = None
         if book is not None:
             book.commit(f"{ex.label} reduce", ex.tags)
@@ -107,12 +118,23 @@ class _Stages:
         yield sim.env.timeout(delay_to(sim.env.now, t))
         return st.repeat
 
-    def _timing(self, t0: float) -> tuple[np.ndarray, float]:
-        """A stage from t0: each size class's cost (transfer and latency: executor.after) and when its last byte
-        is sent, which is when the executor's next step starts."""
-        finish = self.reduced.finish(t0, self.flows)
+    def _timing(self, t0: float, j: int) -> tuple[np.ndarray, float]:
+        """Stage j from t0: the cost (transfer and latency: executor.after) of a flow of each route group and size
+        class (NaN where the stage has none) and when its last byte is sent, which is when the executor's next
+        step starts."""
+        k = len(self.sizes)
+        mine = self.group[self.minor] * k + self.kind[(self.minor + j) % len(self.kind)]
+        left = self.count - np.bincount(mine % k, minlength=k)
+        ids = np.union1d(mine, self.major * k + np.flatnonzero(left))
+        key = ids.tobytes()
+        flows = self._flows.get(key)
+        if flows is None:
+            flows = self._flows[key] = Flows(ids, np.ones(len(ids)), self.wire[ids])
+        finish = self.reduced.finish(t0, flows)
         self.solves += self.reduced.solves
-        return (finish - t0) + self.latency, float(finish.max())
+        cost = np.full(len(self.wire), np.nan)
+        cost[ids] = (finish - t0) + self.latency[ids // k]
+        return cost.reshape(len(self.latency), k), float(finish.max())
 
     def _as_runs(self, t: float, ready: np.ndarray, book) -> tuple[float, int]:
         """The stages on runs of equal clocks (ring_runs.py) while the ranks' memory is free at each stage's
@@ -123,7 +145,7 @@ class _Stages:
         starts, j, stalled = [], 0, False
         while j < st.repeat and not stalled and len(runs) <= max(_MOST_RUNS, n // _RUNS_PER_RANK):
             starts.append(t)
-            t, stalled = self._runs_stage(t, runs, book)
+            t, stalled = self._runs_stage(t, j, runs, book)
             j += 1
         ready[:] = runs.clocks(j)
         if book is not None:
@@ -134,28 +156,33 @@ class _Stages:
             book.free[p] = np.asarray(starts)[last[p]] + self.reduces[kind] / book.queue.rate
         return t, j
 
-    def _runs_stage(self, t0: float, runs: RingRuns, book) -> tuple[float, bool]:
+    def _runs_stage(self, t0: float, j: int, runs: RingRuns, book) -> tuple[float, bool]:
         """_stage on runs; with it, whether some rank's memory is still busy when the next stage starts (then
         each rank's memory matters: the rest go rank by rank)."""
-        cost, now = self._timing(t0)
+        table, now = self._timing(t0, j)
+        cost = table[self.major]
+        where = (self.minor + j) % len(self.kind)
+        order = np.argsort(where)
+        special = (where[order], table[self.group[self.minor], self.kind[where]][order])
         if book is None or self._amounts is None:
-            runs.step(t0, cost, None, None)
+            runs.step(t0, cost, None, None, special)
             return now, False
         nz, rate = self.reduces > 0, book.queue.rate
         ends = t0 + self.reduces / rate  # every rank's memory is free by t0: DeviceQueue.use's end
         top = float(ends[nz].max())
         fused = self.ex.fused
-        hbm = np.where(nz, ends, -np.inf) if fused and top > t0 + float(cost.min()) else None
-        runs.step(t0, cost, None if fused else np.where(nz, self.reduces / rate, 0.0), hbm)
+        hbm = np.where(nz, ends, -np.inf) if fused and top > t0 + float(np.nanmin(table)) else None
+        runs.step(t0, cost, None if fused else np.where(nz, self.reduces / rate, 0.0), hbm, special)
         book.rows.append((self._who, t0, top, self._amounts))  # a "steps" row, as Bookings.commit records it
         after = now + max(top - now, 0.0) if top > now else now  # executor.after's sim.at(top)
         return after, after < top  # an ulp short of the reductions' end: the memory of each rank matters
 
-    def _stage(self, t0: float, kind: np.ndarray, ready: np.ndarray, book) -> float:
-        """One stage from t0 (the executor's step and after), flow i of size class kind[i]; when the next starts."""
+    def _stage(self, t0: float, j: int, ready: np.ndarray, book) -> float:
+        """Stage j from t0 (the executor's step and after), rank by rank; when the next starts."""
         st, ex = self.st, self.ex
-        cost, now = self._timing(t0)
-        cost = cost[kind]
+        kind = np.roll(self.kind, -j)
+        table, now = self._timing(t0, j)
+        cost = table[self.group, kind]
         arrival = np.maximum(ready[st.src], t0) + cost
         ready[st.dst] = np.maximum(ready[st.dst], arrival)
         if book is None:
