@@ -123,13 +123,16 @@ class _Stages:
         class (NaN where the stage has none) and when its last byte is sent, which is when the executor's next
         step starts."""
         k = len(self.sizes)
-        mine = self.group[self.minor] * k + self.kind[(self.minor + j) % len(self.kind)]
-        left = self.count - np.bincount(mine % k, minlength=k)
-        ids = np.union1d(mine, self.major * k + np.flatnonzero(left))
-        key = ids.tobytes()
+        key = None  # every route alike: every stage has one flow of each size
+        if len(self.minor):
+            mine = self.group[self.minor] * k + self.kind[(self.minor + j) % len(self.kind)]
+            left = self.count - np.bincount(mine % k, minlength=k)
+            key = np.union1d(mine, self.major * k + np.flatnonzero(left)).tobytes()
         flows = self._flows.get(key)
         if flows is None:
+            ids = np.frombuffer(key, np.int64) if key is not None else self.major * k + np.arange(k)
             flows = self._flows[key] = Flows(ids, np.ones(len(ids)), self.wire[ids])
+        ids = flows.route
         finish = self.reduced.finish(t0, flows)
         self.solves += self.reduced.solves
         cost = np.full(len(self.wire), np.nan)
