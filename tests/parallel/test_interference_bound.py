@@ -1,5 +1,9 @@
-"""The layout search's interference-aware bound: never above the simulated step (interference on), above the
-schedule's makespan where data-parallel communication runs beside the compute, and its cheapest-fill law."""
+"""The layout search's bounds past the schedule's makespan: the data-parallel stream's end (dp_stream.py) and the
+interference-aware bound, never above the simulated step (interference on); each above the makespan where its
+mechanism costs time (the gradients reduced after the last backward; data-parallel communication beside the
+compute); and the cheapest-fill law."""
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -8,8 +12,9 @@ from simcomm.errors import SimcommError
 from simcomm.hardware import build_cluster
 from simcomm.parallel import TrainingConfig, build_layout, model_preset
 from simcomm.parallel import search
+from simcomm.parallel.dp_stream import stream_bound
 from simcomm.parallel.interference_bound import _extra, interference_bound
-from simcomm.parallel.pipeline_parallel.actions import computations
+from simcomm.parallel.pipeline_parallel.pair_timing import timed_schedule
 from simcomm.parallel.pipeline_parallel.timeline import makespan, timeline
 from simcomm.parallel.step_cost import StepModel, optimizer_seconds
 
@@ -34,23 +39,48 @@ LAYOUTS = [x for f in (None, "deepspeed", "torchtitan") for x in _layouts(f)]  #
 
 
 def _bounds(layout):
+    """(the schedule's makespan: data dependencies alone, and with the step's p2p rules; the data-parallel stream's
+    end; the interference bound), each plus the optimizer, as search.bound and search.slowed_bound take them; and
+    the step model."""
     sim = StepModel(layout, CLUSTER, check_memory=False)
     passes = sim.build_passes()
-    flat = [list(computations(acts)) for acts in layout.schedule]
     search._init(CLUSTER, MODEL, layout.config)  # the pipeline sends' times alone (search.send_bound), cached there
     comm = search.send_bound(layout, sim)
-    span = makespan(timeline(flat, lambda r, a: passes[(r, a.chunk, a.phase)].duration, comm,
-                             placement=layout.placement))
+    span = makespan(timeline(*timed_schedule(layout, passes), comm=comm, placement=layout.placement))
+    spans = search.pipeline_bound(layout, passes, comm)  # p2p_timeline.py
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    return span + optimizer, interference_bound(layout, passes, CLUSTER, {}, comm) + optimizer, sim
+    return SimpleNamespace(span=span + optimizer, p2p=max(e for mine in spans for _s, e in mine) + optimizer,
+                           ready=stream_bound(layout, passes, CLUSTER, {}, spans) + optimizer,
+                           slowed=interference_bound(layout, passes, CLUSTER, {}, comm) + optimizer, sim=sim)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(LAYOUTS))
-def test_the_bound_never_exceeds_the_simulated_step(layout):
+def test_the_bounds_never_exceed_the_simulated_step(layout):
     assert CLUSTER.template.tuning.interference
-    _span, slowed, sim = _bounds(layout)
-    assert slowed <= sim.run().step_time, layout.describe()
+    b = _bounds(layout)
+    step = b.sim.run().step_time
+    assert b.span <= b.p2p <= step and b.ready <= step and b.slowed <= step, layout.describe()
+
+
+def test_blocking_sends_and_their_rendezvous_raise_the_makespan():
+    """GPipe's forwards each block their stage until the next one has posted its receive and the activation is
+    through: the makespan with the step's p2p rules is above the one with the data dependencies alone."""
+    base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=4,
+                          sequence_parallel=True, pipeline_schedule="gpipe")
+    b = _bounds(build_layout(MODEL, base, 16))
+    assert b.span < b.p2p <= b.sim.run().step_time
+
+
+def test_gradients_reduced_after_the_last_backward_raise_the_bound_above_the_makespan():
+    """Without overlap_grad_reduce every bucket is all-reduced after the stage's last backward: the stream's end
+    lifts the schedule bound above the makespan, and the step is above both."""
+    base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                          sequence_parallel=True, overlap_grad_reduce=False)
+    b = _bounds(build_layout(MODEL, base, 16))
+    step = b.sim.run()
+    assert b.p2p < b.ready <= step.step_time
+    assert step.breakdown["dp"] > 0
 
 
 def test_every_zero_stage_schedule_and_framework_is_drawn_from():
@@ -65,9 +95,9 @@ def test_gradients_reduced_beside_every_micro_batch_raise_the_bound_above_the_ma
     base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
                           sequence_parallel=True, zero_stage=2, use_distributed_optimizer=True,
                           overlap_grad_reduce=True, overlap_param_gather=True)
-    span, slowed, sim = _bounds(build_layout(MODEL, base, 16))
-    step = sim.run()
-    assert span < slowed <= step.step_time
+    b = _bounds(build_layout(MODEL, base, 16))
+    step = b.sim.run()
+    assert b.span < b.slowed <= step.step_time
     assert step.breakdown["interference"] > 0
 
 
@@ -76,8 +106,8 @@ def test_a_pass_cut_inside_its_parts_holds_the_bound_too():
     engine runs such a pass as jobs that mix their parts' kernels, which the bound takes at their least slowdown."""
     base = TrainingConfig(global_batch_size=16, tensor_model_parallel_size=2, sequence_parallel=True, zero_stage=3,
                           use_distributed_optimizer=True, overlap_grad_reduce=True, framework="deepspeed")
-    span, slowed, sim = _bounds(build_layout(MODEL, base, 16))
-    assert span < slowed <= sim.run().step_time
+    b = _bounds(build_layout(MODEL, base, 16))
+    assert b.span < b.slowed <= b.sim.run().step_time
 
 
 @pytest.mark.parametrize("overlap, items, extra", [

@@ -20,47 +20,17 @@ each second idle saving less than a second of slowdown). s_k is the kernel's lea
 held, h the fewest channels of the collectives counted (every h tried: the collectives holding at least h).
 
 The stream's collectives are the layout's data-parallel policy's own, in a dry run of its hooks in the order the
-stages call them (pipeline_parallel/timing.py), before the optimizer. A test checks that the bound never exceeds
+stages call them (dp_stream.py), before the optimizer. A test checks that the bound never exceeds
 the simulated step.
 """
 from __future__ import annotations
-
-import math
-from types import SimpleNamespace
 
 import numpy as np
 
 from ..engine import IDLE_KERNEL
 from ..engine.sharing import slowdown
-from ..session import Session
-from .data_parallel.timing import POLICIES
-from .pipeline_parallel.actions import BACKWARD, FORWARD, WEIGHT_GRADIENT, computations
-
-SLACK = 1e-9  # the collectives' times alone are summed in another order, on another clock, than the step's
-
-
-class _DryRun:
-    """Stands in for the step's Traffic and clock: the data-parallel policy's collectives, counted, not run. Its
-    groups are the first representative's, on which the first GPU of each stage is (data_parallel/timing.py);
-    those of one rank or no bytes are instant (Traffic)."""
-
-    def __init__(self, pp: int):
-        self.s = SimpleNamespace(sim=SimpleNamespace(now=0.0, at=lambda _t: None))
-        self.issued: list[dict] = [{} for _ in range(pp)]  # per pipeline rank: {(kind, group, bytes, dtype): count}
-        self.groups: dict[bytes, np.ndarray] = {}  # a group's ranks by their bytes (its key in `issued`)
-        self._keys: dict = {}  # id of a group the policy issues on (it keeps them throughout) -> its key
-
-    def collective(self, kind: str, ranks, size: float, dtype: str, *, after=(), tags=None):
-        key = self._keys.get(id(ranks))
-        if key is None:
-            group = np.asarray(ranks, dtype=np.int64)
-            key = self._keys[id(ranks)] = group.tobytes()
-            self.groups[key] = group
-        if len(self.groups[key]) > 1 and int(size) > 0:
-            mine = self.issued[tags["stage"]]
-            what = (kind, key, int(size), dtype)
-            mine[what] = mine.get(what, 0) + 1
-        return None
+from .dp_stream import SLACK, collective_alone, dry_run
+from .pipeline_parallel.actions import BACKWARD, FORWARD, computations
 
 
 def interference_bound(layout, passes: dict, cluster, alone: dict, comm: float = 0.0) -> float:
@@ -71,14 +41,15 @@ def interference_bound(layout, passes: dict, cluster, alone: dict, comm: float =
     dev, cfg = cluster.device, layout.config
     if not (cluster.template.tuning.interference and dev.sms > 0) or cfg.ideal_network:
         return 0.0
-    run, ran = _dry_run(layout, passes)
-    issued = run.issued
-    out = 0.0
     # any ranks give a bound; these two most often the highest (the first waits for nothing; the last runs the
     # loss), and timing each rank's collectives alone costs most at scale (pp groups of up to thousands of GPUs)
-    for r in sorted({0, layout.dims.pp - 1}):
+    ranks = sorted({0, layout.dims.pp - 1})
+    run, ran, _waited = dry_run(layout, passes, ranks)
+    issued = run.issued
+    out = 0.0
+    for r in ranks:
         stream = [(t * n, ch) for (kind, group, size, dtype), n in issued[r].items()
-                  for t, ch in [_alone(cluster, alone, kind, run.groups[group], size, dtype)]]
+                  for t, ch in [collective_alone(cluster, alone, kind, run.groups[group], size, dtype)]]
         if not stream:
             continue
         busy = sum(p.duration * n for p, n in ran[r].values())
@@ -91,36 +62,6 @@ def interference_bound(layout, passes: dict, cluster, alone: dict, comm: float =
             items = [(t, least[k]) for k, t in kernels.items()] + [(t, min(least[k] for k in ks)) for ks, t in cut]
             out = max(out, busy + idle + _extra(max(0.0, held - idle), items))
     return out
-
-
-def _dry_run(layout, passes: dict) -> tuple[_DryRun, list[dict]]:
-    """The data-parallel policy's collectives before the optimizer (in the _DryRun), its hooks called as the stages
-    call them; and per pipeline rank the passes its compute stream runs, {(id of the pass, whether the policy cut
-    it inside a part): [the pass, how many times]}."""
-    run = _DryRun(layout.dims.pp)
-    dp = POLICIES[layout.sharding.zero_stage](layout, run, passes, [0])
-    dp.start()
-    ran: list[dict] = []
-    for r, acts in enumerate(layout.schedule):
-        actions = list(computations(acts))
-        last = {a.chunk: i for i, a in enumerate(actions) if a.phase in WEIGHT_GRADIENT}
-        mine: dict = {}
-        for i, a in enumerate(actions):
-            p = passes[(r, a.chunk, a.phase)]
-            if a.phase in WEIGHT_GRADIENT:
-                dp.on_backward(r, a, p, i == last[a.chunk])
-            cut = dp.before_pass(r, a, p)
-            for x in sorted(cut):
-                if callable(cut[x]):
-                    cut[x]()
-            if dp.acts_after_parts:
-                for part in p.parts:
-                    dp.after_part(r, a, part, 0.0)
-            key = (id(p), any(x != math.floor(x) for x in cut))
-            mine.setdefault(key, [p, 0])[1] += 1
-        dp.end(r)
-        ran.append(mine)
-    return run, ran
 
 
 def _inventory(ran: dict) -> tuple[dict, list]:
@@ -171,18 +112,6 @@ def _least(kernel, held: int, sms: int, hbm: float) -> float:
 _LEAST: dict = {}
 
 
-def _alone(cluster, cache: dict, kind: str, group: np.ndarray, size: int, dtype: str) -> tuple[float, int]:
-    """(seconds, SMs held on each GPU) of a collective alone on the cluster, as the step's Traffic runs it."""
-    key = (kind, group.tobytes(), size, dtype)
-    got = cache.get(key)
-    if got is None:
-        s = Session(cluster, detail="steps")
-        op = s.collective(kind, group, size=size, dtype=dtype)
-        s.run(op)
-        got = cache[key] = (op.record.time, op.record.channels)
-    return got
-
-
 def _edges(layout, passes: dict, r: int, comm: float) -> float:
     """Seconds pipeline rank r waits outside its passes at least: before its first pass, the forwards that feed
     it; after its last, when that is a full backward, the backwards it feeds (other ranks' passes, alone), and
@@ -200,16 +129,20 @@ def _edges(layout, passes: dict, r: int, comm: float) -> float:
 
 
 def _losses(layout, cluster, alone: dict, r: int) -> float:
-    """Seconds rank r's compute waits for the loss all-reduce after each forward of the model's last stage
-    (pipeline_parallel/timing.py, Megatron's loss_func)."""
-    dims, cfg, placement = layout.dims, layout.config, layout.placement
+    """Seconds rank r's compute waits for the loss all-reduce after each forward of the model's last stage."""
+    n = sum(a.phase == FORWARD and layout.placement.next(r, a.chunk) is None
+            for a in computations(layout.schedule[r]))
+    return n * loss_all_reduce(layout, cluster, alone, r) if n else 0.0
+
+
+def loss_all_reduce(layout, cluster, alone: dict, r: int) -> float:
+    """The least seconds rank r waits for the loss all-reduce after a forward of the model's last stage
+    (pipeline_parallel/timing.py, Megatron's loss_func): alone on the cluster; 0 where the step runs none."""
+    dims, cfg = layout.dims, layout.config
     if not cfg.step_collectives or dims.dp * dims.cp < 2:
         return 0.0
-    n = sum(a.phase == FORWARD and placement.next(r, a.chunk) is None for a in computations(layout.schedule[r]))
-    if not n:
-        return 0.0
     group = np.asarray(dims.ranks(pp=r, tp=0), dtype=np.int64).reshape(-1)
-    return n * _alone(cluster, alone, "all_reduce", group, 4, "float32")[0]
+    return collective_alone(cluster, alone, "all_reduce", group, 4, "float32")[0]
 
 
-__all__ = ["interference_bound"]
+__all__ = ["interference_bound", "loss_all_reduce"]

@@ -89,7 +89,7 @@ class Layout:
             return c.bucket_size
         return max(40_000_000, 1_000_000 * self.data_parallel_shards) if c.overlap_grad_reduce else None
 
-    @property
+    @cached_property  # asked for per rank, chunk and layer (memory, passes, caches keyed by it)
     def layer_shape(self) -> LayerShape:
         """One decoder layer on one GPU, one micro-batch: what its kernels, FLOPs and saved tensors depend on."""
         c = self.config
@@ -97,7 +97,7 @@ class Layout:
                           c.tp_comm_overlap, 4 if c.param_bytes == 4 else 2,
                           recompute_modules=c.recompute_modules or ("core_attn",))
 
-    @property
+    @cached_property
     def moe_layer_shape(self) -> LayerShape | None:
         """An MoE layer on one GPU, one micro-batch (None for a dense model): the layer shape with the expert grid,
         the routing the step model is given (moe_routing_skew or moe_expert_load; balanced without) and the GEMMs."""

@@ -20,14 +20,18 @@ Passes, all deterministic (the result does not depend on the number of workers):
    max over ranks r of (the first forward and last backward of ranks < r) + (rank r's own passes), plus the
    optimizer. Arithmetic only: no simulation.
 3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its schedule bound,
-   the schedule's makespan (schedules.timeline) of its real passes (layer templates timed on the simulated cluster,
-   their TP and CP communication included) with free pipeline transfers, plus the optimizer; a layout with a
-   schedule bound gets its interference bound where that is higher, each rank's passes slowed by the least the
-   data-parallel communication beside them can slow them (interference_bound.py), plus the optimizer; a layout
-   with an interference bound is simulated in full (StepModel). Each bound is below the next (a pass takes at
-   least its kernels' time; a makespan only grows with its passes; communication and contention only add), so the search
-   stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated
-   step: the best is then proven best (`proven`). At most `max_simulate` are simulated.
+   the makespan of its real passes (layer templates timed on the simulated cluster, their TP and CP communication
+   included) walked with the step's point-to-point rules (pipeline_parallel/p2p_timeline.py: blocking sends, the
+   rendezvous, each send at least the quickest stage-to-stage send alone), or, where later, the end of the first
+   or last stage's data-parallel stream, its collectives at their times alone released as those passes issue them
+   (dp_stream.py: the buckets no backward hides), plus the optimizer; a layout with a schedule bound gets its
+   interference bound where that is higher, each rank's passes slowed by the least the data-parallel communication
+   beside them can slow them (interference_bound.py), plus the optimizer; a layout with an interference bound is
+   simulated in full (StepModel). Each bound is below the next and the step (a pass takes at least its kernels'
+   time; the step's times only grow with its passes' and transfers'; communication and contention only add), so
+   the search stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best
+   simulated step: the best is then proven best (`proven`). At most `max_simulate` are simulated; each batch goes
+   to the workers most passes first.
 4. on request, the scenario's own layout (the base config as given) evaluated and ranked among them, and the best
    simulated rows simulated again with interference off (how much their ranking rests on overlap).
 Workers (local processes, or Ray's: workers.RayPool) keep their layer templates and the cluster between layouts.
@@ -45,15 +49,17 @@ from ..session import Session
 from ..workers import RayPool
 from .config import ConfigError, TrainingConfig
 from .dims import LayoutError
+from .dp_stream import stream_bound
 from .frameworks import refusal
-from .interference_bound import interference_bound
+from .interference_bound import interference_bound, loss_all_reduce
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
-from .pipeline_parallel.actions import computations
+from .pipeline_parallel.actions import Overlap, computations
+from .pipeline_parallel.p2p_timeline import p2p_timeline
 from .pipeline_parallel.pair_timing import timed_schedule
 from .pipeline_parallel.schedules import SCHEDULES
-from .pipeline_parallel.timeline import makespan, timeline
+from .pipeline_parallel.timeline import timeline
 from .pipeline_parallel.timing import send_bytes
 from .step_cost import StepModel, optimizer_seconds
 from .step_passes import build_pass
@@ -311,10 +317,26 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
 
 
 def bound(c: Candidate) -> dict:
-    """The schedule bound of one candidate that fits: the makespan of its real passes, plus the optimizer."""
+    """The schedule bound of one candidate that fits: the makespan of its real passes with the step's
+    point-to-point rules, or the end of a data-parallel stream where that is later, plus the optimizer."""
     layout, sim, passes, optimizer = _passes(c)
-    times = timeline(*timed_schedule(layout, passes), comm=send_bound(layout, sim), placement=layout.placement)
-    return {"bound": makespan(times) + optimizer, "bound_kind": "schedule"}  # timed_schedule: as timing.py runs pairs
+    spans = pipeline_bound(layout, passes, send_bound(layout, sim))
+    ready = stream_bound(layout, passes, _STATE["cluster"], _STATE["collectives"], spans)
+    return {"bound": max([ready] + [e for mine in spans for _s, e in mine]) + optimizer, "bound_kind": "schedule"}
+
+
+def pipeline_bound(layout, passes: dict, comm: float) -> list[list[tuple[float, float]]]:
+    """Per pipeline rank, (start, end) of each of its computations in the schedule's timeline of the passes alone,
+    each send `comm` seconds: with the step's point-to-point rules (p2p_timeline.py), or as timing.py runs
+    overlapped pairs (timed_schedule; a pair's passes both at the pair's times) for the schedules that have them."""
+    cluster, cache = _STATE["cluster"], _STATE["collectives"]
+    sched, duration = timed_schedule(layout, passes)
+    spans = p2p_timeline(layout, duration, comm, lambda r: loss_all_reduce(layout, cluster, cache, r))
+    if spans is None:
+        times = timeline(sched, duration, comm=comm, placement=layout.placement)
+        spans = [[(t.start, t.end) for t in mine for _x in (t.action.parts if isinstance(t.action, Overlap) else
+                                                            (t.action,))] for mine in times]
+    return spans
 
 
 def send_bound(layout, sim: StepModel) -> float:
@@ -530,19 +552,26 @@ def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int
                      and (simulated < simulate_at_least or b < best)]
             drop = set(batch)
             heap = [(b, i) for b, i in heap if i not in drop]
-            for i, res in run(REFINE[kind], batch):
+            for i, res in run(REFINE[kind], _longest_first(rows, batch)):
                 res["bound"] = max(res["bound"], rows[i]["bound"])  # each grade a lower bound: the highest holds
                 rows[i].update(res)
                 heap.append((res["bound"], i))
             heapq.heapify(heap)
             continue
         batch = [heapq.heappop(heap)[1] for _ in top]
-        for i, res in run(simulate, batch):
+        for i, res in run(simulate, _longest_first(rows, batch)):
             rows[i].update(res)
             if "step_time" in res:
                 best = min(best, res["step_time"])
         simulated += len(batch)
     return simulated, not heap or heap[0][0] >= best
+
+
+def _longest_first(rows: list[dict], batch: list[int]) -> list[int]:
+    """A batch in the order the workers should take it: the most passes first (a step's and a bound's cost grows
+    with them), so that no worker is left with a long one at the end while the other waits. Its results do not
+    depend on the order."""
+    return sorted(batch, key=lambda i: -rows[i]["pp"] * rows[i]["v"] * rows[i]["microbatches"])
 
 
 def _own(given: TrainingConfig, base: TrainingConfig, cands: list[Candidate], rows: list[dict], call) -> dict:

@@ -59,12 +59,18 @@ def stage_parameters(layout, rank: int) -> dict[str, float]:
     only in their batch, schedule, ZeRO stage or recomputation."""
     dims = layout.dims
     key = (layout.model, dims.tp, dims.ep, dims.etp, dims.pp, rank, layout.stage_layers[rank])
-    got = _PARAMETERS.get(key)
+    return dict(_memo(_PARAMETERS, key, lambda: _stage_parameters(layout, rank)))
+
+
+def _memo(cache: dict, key, make):
+    """cache[key], made by make() where missing; a cache emptied once it holds 4096 (a layout search asks for
+    thousands of layouts)."""
+    got = cache.get(key)
     if got is None:
-        if len(_PARAMETERS) >= 4096:
-            _PARAMETERS.clear()
-        got = _PARAMETERS[key] = _stage_parameters(layout, rank)
-    return dict(got)
+        if len(cache) >= 4096:
+            cache.clear()
+        got = cache[key] = make()
+    return got
 
 
 def _stage_parameters(layout, rank: int) -> dict[str, float]:
@@ -135,12 +141,7 @@ def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> floa
     key = (shape, layout.moe_layer_shape, cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers,
            tuple(moe[i] for i in layout.layers_of(rank, chunk)), layout.has_embedding(rank, chunk),
            layout.has_output(rank, chunk))
-    got = _ACTIVATIONS.get(key)
-    if got is None:
-        if len(_ACTIVATIONS) >= 4096:
-            _ACTIVATIONS.clear()
-        got = _ACTIVATIONS[key] = _activations(layout, shape, rank, chunk)
-    return got
+    return _memo(_ACTIVATIONS, key, lambda: _activations(layout, shape, rank, chunk))
 
 
 def _activations(layout, shape: LayerShape, rank: int, chunk: int) -> float:
@@ -190,6 +191,16 @@ def recompute_working_set(layout, rank: int) -> float:
     cfg = layout.config
     n = 1 if cfg.recompute_method == "block" else (cfg.recompute_num_layers or 1)
     fp8 = cfg.fp8_format is not None
+    moe = layout.model.moe_layers  # as _chunk_activations: which layers are MoE, not which layers they are
+    key = (layout.layer_shape, layout.moe_layer_shape, n, fp8,
+           tuple(tuple(moe[i] for i in layout.layers_of(rank, c)) for c in range(layout.chunks)))
+    return _memo(_WORKING_SETS, key, lambda: _working_set(layout, rank, n, fp8))
+
+
+_WORKING_SETS: dict = {}
+
+
+def _working_set(layout, rank: int, n: int, fp8: bool) -> float:
     best = 0.0
     for chunk in range(layout.chunks):
         sizes = [layer_activation_bytes(layout.shape_of(layer), fp8=fp8) for layer in layout.layers_of(rank, chunk)]

@@ -35,8 +35,10 @@ def check(sched: Schedule, placement: Placement | None = None) -> None:
     placement = placement or default_placement(sched)
     ran = [_check_rank(r, acts) for r, acts in enumerate(sched)]
     for r, held in enumerate(ran):
-        sides = {c: (("previous", placement.prev(r, c)), ("next", placement.next(r, c))) for _m, c in held}
+        sides: dict = {}
         for (m, c), phases in held.items():
+            if c not in sides:
+                sides[c] = (("previous", placement.prev(r, c)), ("next", placement.next(r, c)))
             for side, where in sides[c]:
                 if where is not None and (m, where[1]) not in ran[where[0]]:
                     raise SimcommError(f"the pipeline schedule is incomplete: micro-batch {m} runs on rank {r} "
@@ -132,15 +134,20 @@ def timeline(sched: Schedule, duration: Callable[[int, Action | Overlap], float]
     pp = len(sched)
     done: dict[tuple, float] = {}  # (kind, microbatch, rank, chunk) -> end time
     free, pos = [0.0] * pp, [0] * pp
+    waiting: list = [None] * pp  # the needs of the action each rank is stuck at (worked out once)
     out: list[list[Timed]] = [[] for _ in range(pp)]
     while any(pos[r] < len(sched[r]) for r in range(pp)):
         progressed = False
         for r in range(pp):
             while pos[r] < len(sched[r]):
                 a = sched[r][pos[r]]
-                needs = [n for x in (a.parts if isinstance(a, Overlap) else (a,)) for n in _needs(x, r, placement)]
+                needs = waiting[r]
+                if needs is None:
+                    needs = [n for x in (a.parts if isinstance(a, Overlap) else (a,)) for n in _needs(x, r, placement)]
                 if any(n not in done for n in needs):
+                    waiting[r] = needs
                     break
+                waiting[r] = None
                 ready = max([free[r]] + [done[n] + (comm if n[2] != r else 0.0) for n in needs])
                 end = ready + duration(r, a)
                 for x in a.parts if isinstance(a, Overlap) else (a,):

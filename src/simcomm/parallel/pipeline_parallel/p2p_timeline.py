@@ -1,0 +1,119 @@
+"""A pipeline schedule's timeline with the step's point-to-point rules (timing.py): each rank walks its actions as
+StageTiming does, with passes and sends of given lengths, and no contention. A lower bound of when each pass of the
+step runs, and of the step's pipeline part, when the lengths are (each pass at least its templates' time alone,
+each send at least the quickest stage-to-stage send alone): every time below is a max and sum of such lengths and
+of earlier times, as in the step, where each only grows.
+
+Besides timeline.py's data dependencies it counts what the step's p2p adds:
+- a blocking send (Megatron's p2p, unless overlap_p2p_comm) holds its sender until its transfer is through;
+- the rendezvous (p2p_rendezvous): a transfer starts only once its receive is posted, where the receiver posts it
+  (timing._posted_with; every receive at the start for the schedules not Megatron's);
+- the interleaved schedule's steady forwards send their activations with the backward that follows them;
+- the last stage's loss all-reduce after each of its forwards (`loss`).
+Schedules with overlapped pairs (DualPipe) are not walked here (the step times their pairs otherwise): None.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ...errors import SimcommError
+from .actions import FORWARD, INPUT_GRADIENT, Overlap
+from .timing import MEGATRON_P2P_SCHEDULES, _posted_with
+
+
+def p2p_timeline(layout, duration: Callable, comm: float, loss: Callable[[int], float] | None = None) \
+        -> list[list[tuple[float, float]]] | None:
+    """Per rank, (start, end) of each of its actions in order (module docstring): duration(rank, action) of a pass,
+    `comm` seconds a send takes, loss(rank) seconds of the loss all-reduce after a forward that ends the model
+    (None: none). None for a schedule with overlapped pairs."""
+    if any(isinstance(a, Overlap) for acts in layout.schedule for a in acts):
+        return None
+    walk = _Walk(layout, duration, comm, loss)
+    ranks = [walk.rank(r) for r in range(layout.dims.pp)]
+    live = list(range(len(ranks)))
+    while live:
+        before = (walk.progress(), len(live))
+        for r in list(live):
+            if next(ranks[r], True) is True:  # the rank's walk is over
+                live.remove(r)
+        if live and (walk.progress(), len(live)) == before:
+            raise SimcommError(f"the pipeline schedule deadlocks: ranks {live} wait for each other")
+    return walk.out
+
+
+class _Walk:
+    """The ranks' shared state: when each receive was posted and each input arrived ((phase, micro-batch, rank,
+    chunk) keys, as timing.py's), and the timed actions."""
+
+    def __init__(self, layout, duration, comm, loss):
+        self.layout, self.duration, self.comm, self.loss = layout, duration, comm, loss
+        cfg = layout.config
+        self.megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
+        self.interleaved = layout.chunks > 1 and self.megatron
+        self.rendezvous, self.overlap = cfg.p2p_rendezvous, cfg.overlap_p2p_comm
+        self.posted: dict = {}
+        self.arrived: dict = {}
+        self.out: list[list[tuple[float, float]]] = [[] for _ in layout.schedule]
+
+    def progress(self) -> int:
+        return len(self.posted) + len(self.arrived) + sum(map(len, self.out))
+
+    def rank(self, r: int):
+        """Rank r's walk: a generator that yields (False) while it waits for another rank."""
+        actions = list(self.layout.schedule[r])
+        placement, chunks = self.layout.placement, self.layout.chunks
+        prev = [placement.prev(r, c) for c in range(chunks)]
+        nxt = [placement.next(r, c) for c in range(chunks)]
+        receives, outputs = [], []  # per action: the arrival it waits for, and the (rank, chunk) it sends to
+        for a in actions:
+            forward = a.phase == FORWARD
+            source = prev[a.chunk] if forward else nxt[a.chunk] if a.phase in INPUT_GRADIENT else None
+            receives.append(None if source is None else ("F" if forward else "B", a.microbatch, r, a.chunk))
+            outputs.append(nxt[a.chunk] if forward else prev[a.chunk] if a.phase in INPUT_GRADIENT else None)
+        lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
+        steady = lead < sum(a.phase == FORWARD for a in actions)
+        defers = self.rendezvous and self.interleaved and steady and not self.overlap
+        posted, arrived, out, comm = self.posted, self.arrived, self.out[r], self.comm
+        if not self.megatron:
+            self._post(0.0, *(k for k in receives if k is not None))
+        now, deferred = 0.0, []
+        for i, a in enumerate(actions):
+            key = receives[i]
+            if key is not None:
+                posted.setdefault(key, now)
+                while key not in arrived:
+                    yield False
+                now = max(now, arrived[key])
+            when, ahead = _posted_with(actions, i, self.interleaved, self.overlap) if self.megatron else ("", ())
+            ahead = [k for k in (receives[j] for j in ahead) if k is not None]
+            if when == "start":
+                self._post(now, *ahead)
+            start, now = now, now + self.duration(r, a)
+            out.append((start, now))
+            forward, to = a.phase == FORWARD, outputs[i]
+            if forward and to is None and self.loss is not None:
+                now += self.loss(r)
+            if when == "end":
+                self._post(now, *ahead)
+            sends, deferred = deferred, []
+            if to is not None and to[0] == r:  # the V's turn: on this GPU
+                arrived[("F" if forward else "B", a.microbatch, *to)] = now
+            elif to is not None:
+                sends.append(("F" if forward else "B", a.microbatch, *to))
+            if defers and forward and i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
+                deferred, sends = sends, []  # a steady iteration's exchange follows its backward (timing.py)
+            through = now
+            for k in sends:
+                while self.rendezvous and k not in posted:
+                    yield False
+                arrived[k] = max(now, posted[k] if self.rendezvous else now) + comm
+                through = max(through, arrived[k])
+            if not self.overlap:
+                now = through
+
+    def _post(self, now: float, *keys) -> None:
+        for k in keys:
+            self.posted.setdefault(k, now)
+
+
+__all__ = ["p2p_timeline"]
