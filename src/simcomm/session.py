@@ -78,6 +78,7 @@ class Op(simpy.Event):
         self.record: CollectiveRecord | None = None
         self.buffers: Buffers | None = None
         self.progress = None  # a compute op's: where in time each rank did its work (engine/progress.py)
+        self.on_start = None  # called once it has started, if set before (a caller's bookkeeping, not an event)
 
     def _finish(self, value=None) -> None:
         self.end = self.env.now
@@ -137,7 +138,7 @@ def _within(group: np.ndarray, n: int) -> bool:
 def _tags(what: str, tags) -> Mapping:
     if tags is None:
         return NO_TAGS
-    if not isinstance(tags, Mapping):
+    if type(tags) is not dict and not isinstance(tags, Mapping):  # a dict, the common case, skips the ABC check
         raise SimcommError(f"{what}: tags must be a mapping (name -> value), got {_shown(tags)}")
     return tags
 
@@ -302,7 +303,8 @@ class Session:
         otherwise."""
         if after is None or (type(after) is tuple and not after):
             return []
-        if isinstance(after, simpy.Event) or not isinstance(after, Iterable) or isinstance(after, (str, bytes)):
+        if type(after) is not list and (isinstance(after, simpy.Event) or not isinstance(after, Iterable) or
+                                        isinstance(after, (str, bytes))):  # a list, the common case, is iterable
             raise SimcommError(f"{what}: after must be a list of operations (events of this Session), got "
                                f"{_shown(after)}")
         deps = list(after)
@@ -335,7 +337,12 @@ class Session:
         if not deps:
             body(op)
             return op
-        when_all(self.env, deps, lambda: body(op))
+
+        def start():
+            body(op)
+            if op.on_start is not None:
+                op.on_start()
+        when_all(self.env, deps, start)
         return op
 
     def collective(self, kind: str, ranks, size=None, *, count: int | None = None, data=None,

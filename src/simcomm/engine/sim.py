@@ -1,6 +1,8 @@
 """A Simulation ties together the clock (simpy), the network, the per-device queues and the recorder."""
 from __future__ import annotations
 
+from heapq import heappush
+
 import simpy
 
 from ..errors import SimcommError
@@ -28,7 +30,7 @@ class CountingEnvironment(simpy.Environment):
                                f"{self._now + delay!r} s: a figure or an amount that is not finite (or too large) "
                                "reached the engine")
         self.scheduled += 1
-        super().schedule(event, priority, delay)
+        heappush(self._queue, (self._now + delay, priority, next(self._eid), event))  # simpy's, without its call
 
 
 def when_all(env: simpy.Environment, events: list, then) -> None:

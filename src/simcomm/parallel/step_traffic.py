@@ -35,6 +35,7 @@ class Traffic:
         self.ideal = ideal
         self._group_links: dict[bytes, frozenset] = {}
         self._pair_links: dict[bytes, frozenset] = {}
+        self._by_arrays: dict[tuple, tuple] = {}  # (ids of a send's src, dst) -> (src, dst, links of its routes)
         self._cache: dict[tuple, CollectiveRecord] = {}
         self._live: list[list] = []  # [op, links, contended, replayed]
         self.stats = {"real": 0, "replayed": 0, "late_overlaps": 0, "sends": 0}
@@ -50,6 +51,16 @@ class Traffic:
             got = frozenset(np.unique(crossed).tolist())
             self._pair_links[key] = got
         return got
+
+    def _send_links(self, src, dst) -> frozenset:
+        """links_of_routes for the rank arrays of a send, remembered by identity (a schedule sends between the
+        same stages' arrays thousands of times)."""
+        got = self._by_arrays.get((id(src), id(dst)))
+        if got is None or got[0] is not src or got[1] is not dst:
+            if len(self._by_arrays) >= 256:
+                self._by_arrays.clear()
+            got = self._by_arrays[id(src), id(dst)] = (src, dst, self.links_of_routes(src, dst))  # holds them
+        return got[2]
 
     def group_links(self, ranks) -> frozenset:
         """Links of the group's ring in rank order, both directions."""
@@ -156,9 +167,12 @@ class Traffic:
             return out
         self.stats["sends"] += 1
         op = self.s.send(src, dst, nbytes, after=after, tags=tags)
-        links = self.links_of_routes(src, dst)
+        links = self._send_links(src, dst)
 
         def started():
             self._begin(op, links, False)
-        self._after(after, started)
+        if op.start is None:
+            op.on_start = started  # in the event that starts it, not one of its own
+        else:
+            started()
         return op
