@@ -232,6 +232,7 @@ class Session:
         self.protocol = protocol
         self.numerics = numerics
         self._p2p_memo: dict = {}  # send pattern -> the SMs its kernels hold (see _p2p_sharing)
+        self._checked: dict = {}  # (id, distinct) -> a read-only rank array _group has checked (see there)
 
     # ---- the clock ---------------------------------------------------------------------------------------
     @property
@@ -279,6 +280,8 @@ class Session:
         and the offending rank otherwise."""
         n = self.cluster.num_ranks
         if type(ranks) is np.ndarray and ranks.dtype == np.int64 and ranks.ndim == 1:  # as schedules pass them
+            if not ranks.flags.writeable and self._checked.get((id(ranks), distinct)) is ranks:
+                return ranks  # checked before and read-only since: a step model passes its stages' thousands of times
             group = ranks
         else:
             try:
@@ -296,6 +299,10 @@ class Session:
             values, counts = np.unique(group, return_counts=True)
             raise SimcommError(f"{what}: a group's ranks must be distinct, but rank {int(values[counts > 1][0])} "
                                f"appears {int(counts[counts > 1][0])} times in {group.tolist()}")
+        if group is ranks and not group.flags.writeable:
+            if len(self._checked) >= 1024:
+                self._checked.clear()
+            self._checked[id(group), distinct] = group  # holds it: the id stays its own
         return group
 
     def _after(self, what: str, after) -> list:

@@ -202,7 +202,8 @@ class FlowNetwork:
             src = np.atleast_1d(np.asarray(src, dtype=np.int64))
         if not (type(dst) is np.ndarray and dst.dtype == np.int64 and dst.ndim == 1):
             dst = np.atleast_1d(np.asarray(dst, dtype=np.int64))
-        payload = np.full(src.shape, float(nbytes)) if np.ndim(nbytes) == 0 else filled(nbytes, src.shape)
+        payload = np.full(src.shape, float(nbytes)) if type(nbytes) is float or np.ndim(nbytes) == 0 else \
+            filled(nbytes, src.shape)
         ids = (id(src), id(dst), id(weight), id(routes))
         memo = self._memos.get(ids)
         if memo is not None and memo.src is src and memo.dst is dst and memo.weight is weight and \
