@@ -460,9 +460,10 @@ class Session:
             rpn = self.cluster.ranks_per_node
             intra = src // rpn == dst // rpn
             channels = p2p_channels(self.cluster, ~intra, np.broadcast_to(amount, src.shape))
-            got = self._p2p_memo[key] = (*holding(np.r_[src, dst], np.r_[channels, channels]), intra)
-        ranks, held, intra = got
-        slow, _ = compute.beside(src, dst, intra)
+            got = self._p2p_memo[key] = (*holding(np.r_[src, dst], np.r_[channels, channels]), intra,
+                                         bool(intra.any()))
+        ranks, held, intra, copies = got
+        slow = compute.beside(src, dst, intra)[0] if copies else None  # no copy inside a node: none to slow
         return compute.hold(ranks, held), 1.0 if slow is None else slow
 
     def occupy(self, ranks, sms: int, *, until: simpy.Event) -> None:
