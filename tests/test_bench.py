@@ -117,6 +117,26 @@ def test_the_peer_programs_and_platform(tmp_path):
             assert r["wall_ratio"] > 0 and r["memory_ratio"] > 0 and r["floor_wall_ratio"] > 0
 
 
+def test_the_page_costs_program_fills_every_way_and_prints_a_row_each(tmp_path):
+    """benchmarks/smpi/pages.py (why `bench smpi` keeps 4 KiB pages): every way fills the arrays right in a fresh
+    process and says how much of the 12 MB of data came in 2 MiB pages."""
+    import subprocess
+    import sys
+
+    from simcomm.bench import smpi
+    folder = smpi.benchmark_folder("smpi", "pages.py")
+    done = subprocess.run([sys.executable, str(folder / "pages.py"), "3", str(1 << 20), "1"], cwd=tmp_path,
+                          capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "3 arrays x 4 MiB, filled (medians)" and lines[1].split()[0] == "way"
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert list(rows) == ["plain", "numpy-thp", "region-thp", "region-populate", "reused-plain", "reused-thp"]
+    for way, cells in rows.items():
+        if cells[0] != "not":  # "not on this system" off Linux
+            wall, cpu, system, huge, peak = map(float, cells)
+            assert wall > 0 and cpu >= system >= 0 and peak >= 12 and 0 <= huge <= 12
+
+
 def test_a_failed_process_says_why_in_one_line():
     import sys
 
