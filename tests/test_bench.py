@@ -153,3 +153,9 @@ def test_perf_cli_case_runs_the_command_line_in_a_process(capsys):
     assert bench.main(["perf-cli", "--json", "--in-process"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["sizes"] == 31 and row["sim_seconds"] > 0 and "target_met" in row
+
+
+def test_a_scalar_all_reduce_on_a_large_host_is_a_bench_case():
+    row = bench.run(["spawn-cpu-host-1024-scalar"])[0]
+    assert row["ranks"] == 1024 and row["sim_seconds"] > 0 and row["closed_form"] >= 2 * 1023
+    assert "spawn-cpu-host-4096-scalar" in bench.DEFAULT

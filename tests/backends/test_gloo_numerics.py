@@ -213,10 +213,16 @@ def test_segmentation_facts():
     # all_reduce evens its segments; reduce caps them at 1 MiB (10 MB float32 over 3 ranks)
     assert segmentation(2_500_001, 3, 4) == (12, 833336, 833336)
     assert segmentation(2_500_001, 3, 4, "reduce") == (12, 1 << 20, 1 << 20)
-    # one step per ring stage, data or not (uneven chunks 4, 4, 2, 0: each stage its own step)
+    # uneven chunks 4, 4, 2, 0: each phase one step rotating its sizes, stage s rank r sending chunk r+1+s
+    # (reduce-scatter) or r+s (all-gather)
     _, steps = _plan(gloo_all_reduce, "all_reduce", np.zeros((4, 10), np.float32))
-    assert len(steps) == 6 and all((s.dst == (s.src - 1) % 4).all() for s in steps)
-    assert sum(int(s.nbytes.sum()) for s in steps) == 2 * (4 - 1) * 10 * 4  # 2(N-1) x the tensor
+    assert [(s.repeat, s.rotate, s.reduce) for s in steps] == [(3, 1, True), (3, 1, False)]
+    assert all((s.dst == (s.src - 1) % 4).all() for s in steps)
+    chunk = np.array([16, 16, 8, 0])
+    for s, first in zip(steps, (1, 0)):
+        for j in range(3):
+            assert list(s.rotated(j).nbytes) == list(chunk[(s.src + first + j) % 4])
+    assert sum(int(s.nbytes.sum()) * s.repeat for s in steps) == 2 * (4 - 1) * 10 * 4  # 2(N-1) x the tensor
     # even chunks: every stage of a phase is the same flows, one step repeated N-1 times
     _, steps = _plan(gloo_all_reduce, "all_reduce", np.zeros((5, 10), np.float32))
     assert [s.repeat for s in steps] == [4, 4] and [s.reduce for s in steps] == [True, False]

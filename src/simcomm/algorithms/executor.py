@@ -38,6 +38,7 @@ from ..engine.resources import reduction_bytes
 from .chains import StepMap, advance, chain_step
 from .plan import Buffers, Collective, Plan, Step
 from .protocols import Protocol
+from .rotation import rotating
 from .symmetric import has_to_itself
 
 _AMBIGUOUS = 1e-9  # relative: a closed form must not hinge on a comparison this close
@@ -320,6 +321,9 @@ def execute(sim, coll: Collective, plan: Plan, buffers: Buffers, proto: Protocol
         return sim.now
     ex.ready = np.full((1, coll.n), float(sim.now))  # per (channel, group rank)
     for st in plan(coll, buffers):
+        if st.rotate and st.repeat > 1:
+            yield from rotating(ex, st)
+            continue
         left = max(int(st.repeat), 1)
         while left:
             done = (yield from ex.repeats(st, left)) if left > 1 and ex.last is st else 0

@@ -130,7 +130,8 @@ def _ring(coll: Collective, buf: Buffers, blocks: int, block_count: int, kind: s
     """gloo's ring over `blocks` independent vectors of block_count elements per rank (rows (n, blocks*count)).
 
     Yields the reduce-scatter stages, then either the all-gather stages (gather=True) or the gather to the root.
-    Returns the work array (n, blocks, n chunks, elements per chunk) or None for size-only runs.
+    Returns the work array (n, blocks, chunks holding data, elements per chunk) or None for size-only runs: a few
+    floats on many ranks leave most chunks empty, and those never move any data.
     """
     n = coll.n
     rows, count, itemsize = _real(buf.rows if buf.live else None, coll, block_count)
@@ -138,28 +139,19 @@ def _ring(coll: Collective, buf: Buffers, blocks: int, block_count: int, kind: s
     true = np.clip(count - per * np.arange(n), 0, per) * blocks * itemsize  # bytes of each chunk, all blocks
     work = None
     if rows is not None:
-        work = _padded(np.ascontiguousarray(rows).reshape(n, blocks, count), n, per)
+        work = _padded(np.ascontiguousarray(rows).reshape(n, blocks, count), int((true > 0).sum()), per)
     r = np.arange(n)
     left = (r - 1) % n
-    # Equal chunks make every stage the same flows: one step repeated (the executor times repeats once).
+    # Every stage is the first one's chunk sizes moved one rank on (at stage s rank r sends chunk r+1+s): one step
+    # repeated n-1 times, rotating its sizes unless the chunks are equal (the executor times either at once).
     even = bool((true == true[0]).all())
-    for s in range(1 if even else n - 1):
-        c = (r + 1 + s) % n
-        yield step(r, left, true[0] if even else true[c], reduce=True, repeat=n - 1 if even else 1,
-                   label="reduce-scatter" if even else f"reduce-scatter {s + 1}/{n - 1}")
-        if work is not None:
-            for s2 in range(n - 1) if even else (s,):
-                c = (r + 1 + s2) % n
-                work[left, :, c] = gloo_combine(buf.op, work[left, :, c], work[r, :, c])
+    one = "" if even or n > 2 else " 1/1"  # a single stage keeps its number, as when each stage was a step
+    yield step(r, left, true[0] if even else np.roll(true, -1), reduce=True, repeat=n - 1, rotate=0 if even else 1,
+               label="reduce-scatter" + one)
+    _phase(work, buf.op, n, reduce=True)
     if gather:
-        for s in range(1 if even else n - 1):
-            c = (r + s) % n
-            yield step(r, left, true[0] if even else true[c], repeat=n - 1 if even else 1,
-                       label="all-gather" if even else f"all-gather {s + 1}/{n - 1}")
-            if work is not None:
-                for s2 in range(n - 1) if even else (s,):
-                    c = (r + s2) % n
-                    work[left, :, c] = work[r, :, c]
+        yield step(r, left, true[0] if even else true, repeat=n - 1, rotate=0 if even else 1, label="all-gather" + one)
+        _phase(work, buf.op, n, reduce=False)
     else:
         # reduce.cc runs its segment loop numSegments - 2 times, (numSegments/N - 2) segments past the
         # reduce-scatter: rank r sends the head of its finished chunk r to r-1, which adds it to its chunk r.
@@ -169,13 +161,28 @@ def _ring(coll: Collective, buf: Buffers, blocks: int, block_count: int, kind: s
             head_bytes = np.clip(count - per * np.arange(n), 0, head) * blocks * itemsize
             yield step(r, left, head_bytes, reduce=True, label="reduce-scatter overrun")
             if work is not None:
-                work[left, :, r, :head] = gloo_combine(buf.op, work[left, :, r, :head], work[r, :, r, :head])
+                c = np.arange(work.shape[2])  # rank c's finished chunk c, to rank c-1
+                work[c - 1, :, c, :head] = gloo_combine(buf.op, work[c - 1, :, c, :head], work[c, :, c, :head])
         root = coll.root
         others = r[r != root]
         yield step(others, np.full(len(others), root), true[others], label="gather to root")
         if work is not None:
-            work[root, :, others] = work[others, :, others]
+            held = others[others < work.shape[2]]
+            work[root, :, held] = work[held, :, held]
     return work
+
+
+def _phase(work: np.ndarray | None, op, n: int, reduce: bool) -> None:
+    """A phase's data, stage by stage: at stage s rank c-1-s (reduce-scatter: its receiver combines, local op
+    incoming) or c-s (all-gather: a copy) sends chunk c to the rank before it; only the chunks holding data."""
+    if work is None:
+        return
+    chunks = np.arange(work.shape[2])
+    for s in range(n - 1):
+        src = (chunks - (1 + s if reduce else s)) % n
+        dst = (src - 1) % n
+        work[dst, :, chunks] = gloo_combine(op, work[dst, :, chunks], work[src, :, chunks]) if reduce else \
+            work[src, :, chunks]
 
 
 def _store(coll: Collective, buf: Buffers, work: np.ndarray | None, count: int) -> None:

@@ -37,17 +37,24 @@ class Step:
     # The step happens this many times back to back (identical flows, sizes and chains): the executor times a
     # run of repeats in closed form, and the plan moves the data of all of them before yielding again.
     repeat: int = 1
+    # Repeats that rotate the sizes instead of repeating them: repeat j (from 0) sends nbytes[(i + j*rotate) % k]
+    # on flow i (a ring's uneven chunks moving one rank per stage); the executor times them (rotation.py).
+    rotate: int = 0
+
+    def rotated(self, j: int) -> "Step":
+        """Repeat j (from 0) of a rotating step as a step of its own (the same flow arrays)."""
+        return replace(self, nbytes=np.roll(self.nbytes, -j * self.rotate), rotate=0)
 
 
 def step(src, dst, nbytes, reduce: bool = False, label: str = "", weight=None, chains=None,
-         repeat: int = 1) -> Step:
+         repeat: int = 1, rotate: int = 0) -> Step:
     # Keep the caller's 1-D arrays as they are: the engine recognises a plan repeating its flows by identity.
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     src, dst = (src if src.ndim == 1 else src.ravel()), (dst if dst.ndim == 1 else dst.ravel())
     nb = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else \
         np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape).copy()
-    return Step(src, dst, nb, reduce, label, weight=weight, chains=chains, repeat=repeat)
+    return Step(src, dst, nb, reduce, label, weight=weight, chains=chains, repeat=repeat, rotate=rotate)
 
 
 @dataclass(frozen=True)

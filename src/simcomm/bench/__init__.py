@@ -12,6 +12,9 @@ Cases:
                   2 s (and 1 GB) on 16,384; under 1.5 s on 4,096 (issue 10)
   rankprog-N      a rank-program all_reduce of 4 MiB float32 with real data on N ranks (256, 1,024), checked
   rankprog-sizeonly-16384  the same with size-only tensors on 16,384 ranks; target: under 10 s wall
+  spawn-cpu-host-N-scalar  a rank program all-reducing one float32 (the loss, a norm, a flag) on N ranks of one
+                  cpu-host (1,024, 4,096; 16,384: four hosts of 4,096), checked: gloo's ring with uneven chunks
+                  (issue 22)
   build-cpu-host-N  building a cpu-host cluster of N ranks on one host (1,024, 4,096): O(ranks)
   launch-cpu-host-4000  `simcomm launch --nproc-per-node 4000 --cluster cpu-host` of a torch.distributed script
                   (benchmarks/launch/allreduce.py: init, a 4 KiB all_reduce, checked); needs torch
@@ -134,6 +137,24 @@ def bench_rank_program(ranks: int = 256, count: int = MiB, size_only: bool = Fal
     if not size_only:
         expect = ranks * (ranks - 1) / 2
         assert all(v == expect for v in r.results), "all_reduce gave a wrong sum"
+    return {"ranks": ranks, "sim_seconds": r.elapsed, **r.stats()}
+
+
+def bench_scalar(ranks: int) -> dict:
+    """Every rank of cpu-hosts of up to 4,096 ranks all-reduces one float32 (gloo's ring: one chunk holds it, the
+    others are empty)."""
+    from .. import distributed as dist
+    from ..distributed.spawn import spawn
+
+    def program(rank):
+        x = np.ones(1, dtype=np.float32)
+        dist.all_reduce(x)
+        return float(x[0])
+
+    per_host = min(ranks, 4096)  # spawn's most on one host
+    cluster = build_cluster("cpu-host", nodes=ranks // per_host, ranks_per_node=per_host)
+    r = spawn(program, nprocs=ranks, cluster=cluster)
+    assert all(v == ranks for v in r.results), "all_reduce gave a wrong sum"
     return {"ranks": ranks, "sim_seconds": r.elapsed, **r.stats()}
 
 
@@ -261,6 +282,7 @@ CASES = {
     "rankprog-256": lambda: bench_rank_program(),
     "rankprog-1024": lambda: bench_rank_program(1024),
     "rankprog-sizeonly-16384": lambda: bench_rank_program(16384, size_only=True),
+    **{f"spawn-cpu-host-{n}-scalar": (lambda n=n: bench_scalar(n)) for n in (1024, 4096, 16384)},
     **{f"build-cpu-host-{n}": (lambda n=n: bench_build(n)) for n in (1024, 4096)},
     "launch-cpu-host-4000": lambda: bench_launch(4000),
     "train-64": lambda: bench_training(size_only=True),
@@ -273,7 +295,8 @@ DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allre
            "allreduce-hierarchical-1024", "allreduce-ring-4096", "allreduce-tree-4096",
            "allreduce-hierarchical-4096", "allreduce-auto-4096",
            *[f"allreduce-{alg or 'auto'}-{n}" for n in (16384, 131072) for alg in ALGORITHMS],
-           "rankprog-256", "rankprog-sizeonly-16384", "build-cpu-host-4096", "launch-cpu-host-4000", "train-64",
+           "rankprog-256", "rankprog-sizeonly-16384", "spawn-cpu-host-4096-scalar", "spawn-cpu-host-16384-scalar",
+           "build-cpu-host-4096", "launch-cpu-host-4000", "train-64",
            "step-gpt3-175b-1024", "step-llama3-405b-16384", "step-llama3-405b-131072", "step-mixtral-8x7b-64",
            "step-deepseek-v3-2048", "plan-llama3-70b-1024",
            "plan-llama3-405b-16384", "perf-cli"]

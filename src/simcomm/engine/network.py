@@ -22,6 +22,7 @@ import simpy
 from ..arrays import filled, unique
 
 from .cache import BoundedCache
+from .exact import delay_to
 from .ids import distinct, factorize
 from .maxmin import max_min_rates_csr
 from .replay import Learning, Replay, Run, StepTemplate, Trajectory
@@ -490,14 +491,7 @@ class FlowNetwork:
     def _timer_at(self, rep: Replay, when: float) -> None:
         """A replay timer at exactly `when` (now + (when - now) can round away from it by an ulp; the timers of
         steps replayed one by one land on start + duration exactly, and so must these)."""
-        now = self.env.now
-        delay = max(when - now, 0.0)
-        for _ in range(8):
-            got = now + delay
-            if got == when or delay == 0.0:
-                break
-            delay = float(np.nextafter(delay, np.inf if got < when else -np.inf))
-        self._timer(rep, delay)
+        self._timer(rep, delay_to(self.env.now, when))
 
     def _replay(self, t: Transfer, trajectory: Trajectory, wire: np.ndarray, links: np.ndarray) -> None:
         self.stats["closed_form"] += 1
