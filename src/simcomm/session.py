@@ -78,6 +78,7 @@ class Op(simpy.Event):
         self.record: CollectiveRecord | None = None
         self.buffers: Buffers | None = None
         self.progress = None  # a compute op's: where in time each rank did its work (engine/progress.py)
+        self.on_start = None  # called once it has started, if set before (a caller's bookkeeping, not an event)
 
     def _finish(self, value=None) -> None:
         self.end = self.env.now
@@ -137,7 +138,7 @@ def _within(group: np.ndarray, n: int) -> bool:
 def _tags(what: str, tags) -> Mapping:
     if tags is None:
         return NO_TAGS
-    if not isinstance(tags, Mapping):
+    if type(tags) is not dict and not isinstance(tags, Mapping):  # a dict, the common case, skips the ABC check
         raise SimcommError(f"{what}: tags must be a mapping (name -> value), got {_shown(tags)}")
     return tags
 
@@ -231,6 +232,7 @@ class Session:
         self.protocol = protocol
         self.numerics = numerics
         self._p2p_memo: dict = {}  # send pattern -> the SMs its kernels hold (see _p2p_sharing)
+        self._checked: dict = {}  # (id, distinct) -> a read-only rank array _group has checked (see there)
 
     # ---- the clock ---------------------------------------------------------------------------------------
     @property
@@ -278,6 +280,8 @@ class Session:
         and the offending rank otherwise."""
         n = self.cluster.num_ranks
         if type(ranks) is np.ndarray and ranks.dtype == np.int64 and ranks.ndim == 1:  # as schedules pass them
+            if not ranks.flags.writeable and self._checked.get((id(ranks), distinct)) is ranks:
+                return ranks  # checked before and read-only since: a step model passes its stages' thousands of times
             group = ranks
         else:
             try:
@@ -295,6 +299,10 @@ class Session:
             values, counts = np.unique(group, return_counts=True)
             raise SimcommError(f"{what}: a group's ranks must be distinct, but rank {int(values[counts > 1][0])} "
                                f"appears {int(counts[counts > 1][0])} times in {group.tolist()}")
+        if group is ranks and not group.flags.writeable:
+            if len(self._checked) >= 1024:
+                self._checked.clear()
+            self._checked[id(group), distinct] = group  # holds it: the id stays its own
         return group
 
     def _after(self, what: str, after) -> list:
@@ -302,7 +310,8 @@ class Session:
         otherwise."""
         if after is None or (type(after) is tuple and not after):
             return []
-        if isinstance(after, simpy.Event) or not isinstance(after, Iterable) or isinstance(after, (str, bytes)):
+        if type(after) is not list and (isinstance(after, simpy.Event) or not isinstance(after, Iterable) or
+                                        isinstance(after, (str, bytes))):  # a list, the common case, is iterable
             raise SimcommError(f"{what}: after must be a list of operations (events of this Session), got "
                                f"{_shown(after)}")
         deps = list(after)
@@ -335,7 +344,12 @@ class Session:
         if not deps:
             body(op)
             return op
-        when_all(self.env, deps, lambda: body(op))
+
+        def start():
+            body(op)
+            if op.on_start is not None:
+                op.on_start()
+        when_all(self.env, deps, start)
         return op
 
     def collective(self, kind: str, ranks, size=None, *, count: int | None = None, data=None,
@@ -446,9 +460,10 @@ class Session:
             rpn = self.cluster.ranks_per_node
             intra = src // rpn == dst // rpn
             channels = p2p_channels(self.cluster, ~intra, np.broadcast_to(amount, src.shape))
-            got = self._p2p_memo[key] = (*holding(np.r_[src, dst], np.r_[channels, channels]), intra)
-        ranks, held, intra = got
-        slow, _ = compute.beside(src, dst, intra)
+            got = self._p2p_memo[key] = (*holding(np.r_[src, dst], np.r_[channels, channels]), intra,
+                                         bool(intra.any()))
+        ranks, held, intra, copies = got
+        slow = compute.beside(src, dst, intra)[0] if copies else None  # no copy inside a node: none to slow
         return compute.hold(ranks, held), 1.0 if slow is None else slow
 
     def occupy(self, ranks, sms: int, *, until: simpy.Event) -> None:

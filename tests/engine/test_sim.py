@@ -80,3 +80,28 @@ def test_when_all_raises_what_the_event_it_waits_for_failed_with():
         with pytest.raises(ValueError, match="the receive failed"):
             env.run()
         assert not called
+
+
+def test_a_run_collects_garbage_in_larger_batches_and_restores_the_collector_after():
+    """A simulation runs with Python's young-generation threshold raised (fewer_collections; a deep pipeline's step
+    spent up to a third of its time collecting), and leaves it as it was: after the run, after a failure in it,
+    and untouched where the collector was off or already collected less often."""
+    import gc
+
+    from simcomm.engine.sim import _YOUNG
+    old = gc.get_threshold()
+    try:
+        for before, during in [((700, 10, 10), _YOUNG), ((0, 10, 10), 0), ((5 * _YOUNG, 10, 10), 5 * _YOUNG)]:
+            gc.set_threshold(*before)
+            sim, seen = Simulation(build_cluster("hgx-h100")), []
+
+            def body(env):
+                seen.append(gc.get_threshold())
+                yield env.timeout(1)
+                raise ValueError("the run failed")
+            sim.env.process(body(sim.env))
+            with pytest.raises(ValueError, match="the run failed"):
+                sim.env.run()
+            assert seen == [(during, 10, 10)] and gc.get_threshold() == before
+    finally:
+        gc.set_threshold(*old)

@@ -34,5 +34,7 @@ def factorize(ids: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
         return values, inverse.reshape(-1)
     seen = np.zeros(bound, dtype=bool)
     seen[ids] = True
-    dense = np.cumsum(seen) - 1
-    return np.flatnonzero(seen), dense[ids]
+    values = np.flatnonzero(seen)
+    dense = np.empty(bound, dtype=np.int64)  # only the entries of values are written (not a cumsum over bound)
+    dense[values] = np.arange(len(values))
+    return values, dense[ids]

@@ -28,6 +28,7 @@ from .maxmin import max_min_rates_csr
 from .replay import Learning, Replay, Run, StepTemplate, Trajectory
 from .trace import NO_TAGS
 
+_MEMOS = 256  # the flow arrays (and solo keys) remembered by identity, then forgotten all at once
 _REMEMBERED_ROUTES = 1024  # flows up to which _route_links remembers what their routes cross
 _LIVE_INTS = ("_route", "_bid", "_index")  # the rows of Network._ints
 _LIVE_FLOATS = ("_remaining", "_rate", "_extra", "_weight")  # ... and of Network._floats
@@ -56,7 +57,7 @@ class Transfer:
 
 @dataclass(eq=False)
 class _Memo:
-    """The last transfer's flow arrays by identity, with their routes: plans repeat a step's arrays."""
+    """A transfer's flow arrays by identity, with their routes: plans and schedules repeat a step's arrays."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -92,7 +93,7 @@ class FlowNetwork:
         self._routes_cache = BoundedCache()  # pattern -> route ids
         self._links_cache = BoundedCache()  # pattern -> links crossed
         self._route_links_cache = BoundedCache()  # route ids (bytes) -> the links they cross, with repeats
-        self._memo: _Memo | None = None
+        self._memos: dict[tuple, _Memo] = {}  # (ids of src, dst, weight, routes) -> the last transfer of those
         self._rates_cache = BoundedCache()  # live batches -> max-min rates
         self._live_count = np.zeros(cluster.num_links, dtype=np.int64)  # live flows crossing each link
         # Closed forms (engine/replay.py): trajectories by pattern, replays holding links, batches being learned.
@@ -104,7 +105,7 @@ class FlowNetwork:
         self._owner = np.zeros(cluster.num_links, dtype=np.int64)  # replay holding each link + 1 (see _owners)
         self._owner_stale = False
         self._owned = np.empty(0, dtype=np.int64)  # the links _owner marks
-        self._key_memo: tuple | None = None  # the last uniform solo key (a plan repeating its step reuses it)
+        self._key_memos: dict[tuple, tuple] = {}  # (id of a pattern, uniform wire) -> (pattern, its solo key)
         self._learning: dict[int, Learning] = {}  # batch id -> its recording
         self._learner = np.zeros(cluster.num_links, dtype=np.int64)  # learning batch on each link + 1
         self.stats = {"transfers": 0, "flows": 0, "solves": 0, "solve_cache_hits": 0, "closed_form": 0}
@@ -198,13 +199,17 @@ class FlowNetwork:
 
     # ---- preparing a batch -------------------------------------------------------------------------------
     def _prepare(self, src, dst, nbytes, routes, weight, extra_latency):
-        src = np.atleast_1d(np.asarray(src, dtype=np.int64))
-        dst = np.atleast_1d(np.asarray(dst, dtype=np.int64))
-        payload = np.full(src.shape, float(nbytes)) if np.isscalar(nbytes) else filled(nbytes, src.shape)
-        memo = self._memo
+        if not (type(src) is np.ndarray and src.dtype == np.int64 and src.ndim == 1):  # else as schedules pass them
+            src = np.atleast_1d(np.asarray(src, dtype=np.int64))
+        if not (type(dst) is np.ndarray and dst.dtype == np.int64 and dst.ndim == 1):
+            dst = np.atleast_1d(np.asarray(dst, dtype=np.int64))
+        payload = np.full(src.shape, float(nbytes)) if type(nbytes) is float or np.ndim(nbytes) == 0 else \
+            filled(nbytes, src.shape)
+        ids = (id(src), id(dst), id(weight), id(routes))
+        memo = self._memos.get(ids)
         if memo is not None and memo.src is src and memo.dst is dst and memo.weight is weight and \
                 memo.routes is routes:
-            pattern, route, w = memo.pattern, memo.route, memo.w  # a plan repeating its step: skip re-keying
+            pattern, route, w = memo.pattern, memo.route, memo.w  # the same arrays again: skip re-keying
         else:
             w = np.ones(len(src)) if weight is None else filled(weight, src.shape)
             if routes is not None:
@@ -215,19 +220,25 @@ class FlowNetwork:
                 route = self._routes_cache.get(pattern)
                 if route is None:
                     route = self._routes_cache.put(pattern, self.cluster.route_ids(src, dst))
-            self._memo = _Memo(src, dst, weight, routes, pattern, route, w)
-        extra = filled(extra_latency, src.shape)
+            if len(self._memos) >= _MEMOS:
+                self._memos.clear()
+            self._memos[ids] = _Memo(src, dst, weight, routes, pattern, route, w)  # holds them: ids stay theirs
+        extra = np.full(src.shape, float(extra_latency)) if type(extra_latency) is float else \
+            filled(extra_latency, src.shape)
         return src, dst, payload, pattern, route, w, extra
 
     def _solo_key(self, pattern: bytes, wire: np.ndarray) -> bytes:
         uniform = len(wire) and wire[0] == wire[-1] and (wire == wire[0]).all()
         if not uniform:
             return pattern + b"#" + wire.tobytes()
-        memo = self._key_memo  # the same key object again: its hash is computed once, not per step
-        if memo is not None and memo[0] is pattern and memo[1] == wire[0]:
-            return memo[2]
+        ids = (id(pattern), float(wire[0]))
+        memo = self._key_memos.get(ids)  # the same key object again: its hash is computed once, not per step
+        if memo is not None and memo[0] is pattern:
+            return memo[1]
         key = pattern + b"#" + wire[:1].tobytes()
-        self._key_memo = (pattern, wire[0], key)
+        if len(self._key_memos) >= _MEMOS:
+            self._key_memos.clear()
+        self._key_memos[ids] = (pattern, key)
         return key
 
     def _latency_table(self) -> np.ndarray:

@@ -35,8 +35,11 @@ class Traffic:
         self.ideal = ideal
         self._group_links: dict[bytes, frozenset] = {}
         self._pair_links: dict[bytes, frozenset] = {}
+        self._by_arrays: dict[tuple, tuple] = {}  # (ids of a send's src, dst) -> (src, dst, links of its routes)
         self._cache: dict[tuple, CollectiveRecord] = {}
-        self._live: list[list] = []  # [op, links, contended, replayed]
+        self._live: list[list] = []  # collectives in flight: [op, links, contended, replayed]
+        self._sends: list[tuple] = []  # sends in flight (op, links), the processed ones dropped now and then
+        self._sends_kept = 0  # sends left after the last drop
         self.stats = {"real": 0, "replayed": 0, "late_overlaps": 0, "sends": 0}
 
     # ---- links -------------------------------------------------------------------------------------------------
@@ -51,6 +54,16 @@ class Traffic:
             self._pair_links[key] = got
         return got
 
+    def _send_links(self, src, dst) -> frozenset:
+        """links_of_routes for the rank arrays of a send, remembered by identity (a schedule sends between the
+        same stages' arrays thousands of times)."""
+        got = self._by_arrays.get((id(src), id(dst)))
+        if got is None or got[0] is not src or got[1] is not dst:
+            if len(self._by_arrays) >= 256:
+                self._by_arrays.clear()
+            got = self._by_arrays[id(src), id(dst)] = (src, dst, self.links_of_routes(src, dst))  # holds them
+        return got[2]
+
     def group_links(self, ranks) -> frozenset:
         """Links of the group's ring in rank order, both directions."""
         ranks = np.asarray(ranks, dtype=np.int64)
@@ -64,9 +77,25 @@ class Traffic:
 
     # ---- bookkeeping -------------------------------------------------------------------------------------------
     def _begin(self, op: Op, links: frozenset, replayed: bool) -> bool:
-        """Register `op` as in flight; returns whether any live operation shares a link with it (and marks those
-        contended)."""
-        self._live = [x for x in self._live if not x[0].processed]
+        """Register collective `op` as in flight; returns whether any live operation shares a link with it (and
+        marks the collectives among those contended)."""
+        busy = self._contend(links)
+        busy = self._sends_on(links) or busy
+        self._live.append([op, links, busy, replayed])
+        return busy
+
+    def _begin_send(self, op: Op, links: frozenset) -> None:
+        """Register send `op` as in flight (only whether it is, and its links, are ever read)."""
+        self._contend(links)
+        if len(self._sends) > 2 * self._sends_kept + 64:
+            self._sends = [x for x in self._sends if x[0].callbacks is not None]  # unprocessed
+            self._sends_kept = len(self._sends)
+        self._sends.append((op, links))
+
+    def _contend(self, links: frozenset) -> bool:
+        """Whether a collective in flight shares one of `links`; marks those that do contended (and counts the
+        replayed ones: late overlaps)."""
+        self._live = [x for x in self._live if x[0].callbacks is not None]  # unprocessed
         busy = False
         for entry in self._live:
             if not entry[1].isdisjoint(links):
@@ -74,8 +103,10 @@ class Traffic:
                 entry[2] = True
                 if entry[3]:
                     self.stats["late_overlaps"] += 1
-        self._live.append([op, links, busy, replayed])
         return busy
+
+    def _sends_on(self, links: frozenset) -> bool:
+        return any(not x[1].isdisjoint(links) for x in self._sends if x[0].callbacks is not None)
 
     def _after(self, after, body) -> None:
         deps = [e for e in (after or ()) if not e.processed]
@@ -107,7 +138,8 @@ class Traffic:
         def body():
             links = self.group_links(ranks)
             cached = self._cache.get(key) if self.reuse else None
-            live_links = any(not e[1].isdisjoint(links) for e in self._live if not e[0].processed)
+            live_links = any(not e[1].isdisjoint(links) for e in self._live if not e[0].processed) or \
+                self._sends_on(links)
             if cached is not None and not live_links:
                 self._replay(out, cached, ranks, links)
                 return
@@ -156,9 +188,12 @@ class Traffic:
             return out
         self.stats["sends"] += 1
         op = self.s.send(src, dst, nbytes, after=after, tags=tags)
-        links = self.links_of_routes(src, dst)
+        links = self._send_links(src, dst)
 
         def started():
-            self._begin(op, links, False)
-        self._after(after, started)
+            self._begin_send(op, links)
+        if op.start is None:
+            op.on_start = started  # in the event that starts it, not one of its own
+        else:
+            started()
         return op

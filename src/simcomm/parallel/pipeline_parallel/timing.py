@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...engine import IDLE_KERNEL, Mix
 from ..step_result import CATEGORIES
 from .actions import FORWARD, INPUT_GRADIENT, PHASE_NAMES, WEIGHT_GRADIENT, computations
@@ -46,8 +48,10 @@ class Pipeline:
         self.layout, self.session, self.traffic, self.passes, self.dp = layout, session, traffic, passes, dp
         self.env = session.env
         self.activation_bytes = activation_bytes
+        self.send_size = send_bytes(layout, activation_bytes)  # (bytes per TP rank, scattered and gathered)
+        self._gathers: dict = {}  # a stage -> the TP groups that all-gather what it receives scattered
         dims = layout.dims
-        self.ranks = [dims.ranks(pp=r, dp=0).reshape(-1) for r in range(dims.pp)]  # one replica of each stage
+        self.ranks = [_frozen(dims.ranks(pp=r, dp=0)) for r in range(dims.pp)]  # one replica of each stage
         self.placement = layout.placement
         self.arrivals: dict = {}  # (F | B, microbatch, rank, chunk it is for) -> [event, time its transfer started]
         self.posted: dict = {}  # the same keys -> event: its receive is posted
@@ -67,6 +71,14 @@ class Pipeline:
         if key not in self.posted:
             self.posted[key] = self.env.event()
         return self.posted[key]
+
+    def gather_groups(self, stage: int) -> list:
+        """The TP groups of a stage (one per CP rank) that all-gather a scattered activation it receives."""
+        got = self._gathers.get(stage)
+        if got is None:
+            dims = self.layout.dims
+            got = self._gathers[stage] = [dims.ranks(pp=stage, dp=0, cp=c).reshape(-1) for c in range(dims.cp)]
+        return got
 
     def span(self, p, x, y) -> float:
         """_span(p, x, y), worked out once per pass and cut (a step runs each pass many times)."""
@@ -109,6 +121,8 @@ class StageTiming:
         self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
         self.receives = [self._receives(a) for a in self.actions]  # the arrival each waits for, or None
         self.outputs = [self._output(a) for a in self.actions]  # the (rank, chunk) each one's output goes to
+        self.action_tags = [self.tags(a) for a in self.actions]
+        self.pass_tags = [({**t, "annotation": "pass"}, _label(a)) for t, a in zip(self.action_tags, self.actions)]
         self.pairs = OverlappedPairs(self, pipeline.layout.schedule[rank])  # ... unless they interleave
         self.last_backward = {c: max(i for i, a in enumerate(self.actions) if a.phase in WEIGHT_GRADIENT and
                                      a.chunk == c) for c in range(pipeline.layout.chunks)}
@@ -126,12 +140,14 @@ class StageTiming:
         steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
         if not megatron:
             self._post(*(k for k in receives if k is not None))
+        posts = [_posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
+                 for i in range(len(actions))]
         for i, a in enumerate(actions):
             forward = a.phase == FORWARD
             key = receives[i]
             if key is not None:
                 self._post(key)  # a blocking recv of its own, unless posted with an earlier action
-            when, ahead = _posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
+            when, ahead = posts[i]
             ahead = [k for k in (receives[j] for j in ahead) if k is not None]
             # an interleaved pair runs both its passes at its forward (index i); its backward (i + 1) has run then
             together, ran = self.pairs.together(i), self.pairs.ran(i)
@@ -143,13 +159,13 @@ class StageTiming:
             elif not ran:
                 yield from self._wait([self.p.arrival(key)] if key is not None else [])
             p = self.p.passes[(self.rank, a.chunk, a.phase)]
-            tags = self.tags(a)
+            tags = self.action_tags[i]
             if a.phase in WEIGHT_GRADIENT and not ran:
                 dp.on_backward(self.rank, a, p, i == self.last_backward[a.chunk])
             if when == "start":
                 self._post(*ahead)
             if not (together or ran):
-                yield from self._run_pass(a, p, tags)
+                yield from self._run_pass(a, p, *self.pass_tags[i])
             to = self.outputs[i]
             if forward and to is None:
                 yield from self._loss_all_reduce(tags)
@@ -231,7 +247,7 @@ class StageTiming:
             self.acc["pp"] += comm
             self.idle(t_w, (t_a - t_w) - comm)
 
-    def _run_pass(self, a, p, tags):
+    def _run_pass(self, a, p, tags, label):
         """The pass on the compute stream, cut where a part must wait for its parameters. The policy's cuts are
         positions in the pass (a part's index, or index + fraction within it) mapped to the events to wait for
         there, or to a function called when the compute reaches that position that returns them (it may issue
@@ -254,7 +270,7 @@ class StageTiming:
             i, j = math.floor(x), math.ceil(y)
             secs = self.p.span(p, x, y)
             t0, origin = env.now, _at(p, x)
-            op = self.session.compute(self.ranks, seconds=secs, tags={**tags, "annotation": "pass"}, label=_label(a),
+            op = self.session.compute(self.ranks, seconds=secs, tags=tags, label=label,
                                       kernels=self.p.mix(p, i, j) if self.session.sim.interference else None)
             yield op
             jobs.append((i, j, op.progress))
@@ -280,10 +296,9 @@ class StageTiming:
         """The pass's output to the next virtual stage (its previous one for a gradient), arriving at `key`: after
         the receive is posted (p2p_rendezvous), 1/t of it per TP rank then all-gathered over the receiver's TP
         groups (scatter_gather_tensors_in_pipeline), else the whole of it from every TP rank."""
-        layout, env = self.p.layout, self.env
-        cfg, dims = layout.config, layout.dims
+        cfg, env = self.p.layout.config, self.env
         dst = key[2]
-        nbytes, scatter = send_bytes(layout, self.p.activation_bytes)
+        nbytes, scatter = self.p.send_size
         posted = self.p.post(key) if cfg.p2p_rendezvous else None
         op = self.p.traffic.send(self.ranks, self.p.ranks[dst], nbytes, after=[posted] if posted else (),
                                  tags={"axis": "pp", **tags})
@@ -293,7 +308,7 @@ class StageTiming:
             posted.callbacks.append(lambda _e: slot.__setitem__(1, env.now))
         done = op
         if scatter:
-            groups = [dims.ranks(pp=dst, dp=0, cp=c).reshape(-1) for c in range(dims.cp)]
+            groups = self.p.gather_groups(dst)
             done = env.all_of([self.p.traffic.collective("all_gather", g, self.p.activation_bytes, cfg.act_dtype,
                                                          after=[op], tags={"axis": "tp", **tags,
                                                                            "phase": "pp_gather"})
@@ -344,6 +359,13 @@ def _span(p, x, y) -> float:
     head = (i - x) * p.parts[i - 1].template.duration if x != i else 0.0
     tail = (y - j) * p.parts[j].template.duration if y != j else 0.0
     return head + whole + tail
+
+
+def _frozen(ranks) -> np.ndarray:
+    """A read-only copy of a rank array, flat (the Session checks such an array once, not on every call)."""
+    out = np.array(ranks, dtype=np.int64).reshape(-1)
+    out.setflags(write=False)
+    return out
 
 
 def _label(a) -> str:
