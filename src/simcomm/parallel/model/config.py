@@ -87,6 +87,18 @@ class TransformerConfig(MoEFields):
                                        "experts have no biases)", "add_bias_linear")
             moe_layer_pattern(self.moe_layer_freq, self.num_layers)  # a list must name every layer
 
+    def __hash__(self) -> int:
+        # the dataclass's hash (its compared fields), computed once: a layout search keys its caches by layer shapes
+        # that hold the model, hashing it hundreds of thousands of times; frozen, so it cannot go stale
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash(tuple(getattr(self, f.name) for f in _HASHED))
+            object.__setattr__(self, "_hash", got)
+        return got
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # another process hashes strings otherwise
+
     def _check_mla(self) -> None:
         for f in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             v = getattr(self, f)
@@ -155,6 +167,8 @@ class TransformerConfig(MoEFields):
             base["moe_ffn_hidden_size"] = None
         return TransformerConfig(**{**base, **overrides})
 
+
+_HASHED = [f for f in dataclasses.fields(TransformerConfig) if (f.compare if f.hash is None else f.hash)]
 
 _LLAMA = dict(swiglu=True, untie_embeddings_and_output_weights=True, normalization="RMSNorm",
               position_embedding_type="rope", add_bias_linear=False, padded_vocab_size=128256, seq_length=8192,

@@ -268,7 +268,7 @@ def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> Stage
     cats["reserved"] = float(cfg.memory_reserved)
     allocated = sum(v for k, v in cats.items() if k != "reserved")
     cats["fragmentation"] = allocated * cfg.memory_fragmentation
-    gpu = int(dims.ranks(pp=rank, dp=0, cp=0, tp=0))
+    gpu = rank * (dims.world_size // dims.pp)  # dims.ranks(pp=rank, dp=0, cp=0, tp=0): the grid is pp-major
     details = {"activations_per_microbatch": per_chunk, "transient_detail": transient,
                "bytes_per_parameter": per, "parameters_detail": params}
     return StageMemory(rank, gpu, cats, float(capacity), peak_count, n, details)
