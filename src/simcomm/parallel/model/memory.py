@@ -211,8 +211,19 @@ def _working_set(layout, rank: int, n: int, fp8: bool) -> float:
 def zero3_gathered_parameters(layout, rank: int) -> float:
     """The most parameters ZeRO-3 / FSDP holds gathered at once on a GPU of pipeline rank `rank`, the layout's
     framework's way (data_parallel/gathering.py): per model chunk, the units in use, prefetched and kept over its
-    forward and backward, plus what the other chunks' forwards keep gathered."""
+    forward and backward, plus what the other chunks' forwards keep gathered. Cached by what the passes' uses
+    depend on (pass_uses): layouts of other batches, schedules and memory settings share it."""
     g, params = gathering(layout.config), stage_parameters(layout, rank)
+    parts = tuple(layout.pass_parts(rank, c, ph) for c in range(layout.chunks) for ph in "FB")
+    key = (g, layout.layer_shape if g.modules else None, layout.layer_params, params["embedding"],
+           params["output"], parts)
+    return _memo(_GATHERED, key, lambda: _gathered(layout, rank, g, params))
+
+
+_GATHERED: dict = {}
+
+
+def _gathered(layout, rank: int, g, params: dict) -> float:
     walks, kept = [], []
     for c in range(layout.chunks):
         f, b = (pass_uses(g, layout, rank, c, ph, params) for ph in "FB")
