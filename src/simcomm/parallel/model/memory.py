@@ -236,14 +236,19 @@ def _gathered(layout, rank: int, g, params: dict) -> float:
 _IN_FLIGHT: dict = {}
 
 
+def _schedule_key(layout, rank: int) -> tuple:
+    """What one rank's part of the layout's schedule depends on."""
+    return (layout.schedule_name, layout.dims.pp, layout.microbatches, layout.chunks,
+            layout.config.microbatch_group_size_per_vp_stage, rank)
+
+
 def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
     """Walking the rank's schedule: the micro-batches in flight per model chunk wherever a forward is followed by
     something else or ends the schedule (where the activations peak), each distinct count once, in order of first
     occurrence. A micro-batch whose input gradient ran but whose weight gradient has not still counts whole (Qi et
     al. 2023's accounting: W keeps the layers' inputs and their output gradients). Cached per schedule: a layout
     search asks for thousands of layouts that share one."""
-    key = (layout.schedule_name, layout.dims.pp, layout.microbatches, layout.chunks,
-           layout.config.microbatch_group_size_per_vp_stage, rank)
+    key = _schedule_key(layout, rank)
     if key not in _IN_FLIGHT:
         if len(_IN_FLIGHT) >= 4096:
             _IN_FLIGHT.clear()
@@ -251,6 +256,26 @@ def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
         _IN_FLIGHT[key] = tuple(dict.fromkeys(tuple(x + y for x, y in zip(held[:v], held[v:]))
                                               for held in held_at_peaks(layout.schedule[rank], v)))
     return _IN_FLIGHT[key]
+
+
+_PEAKS: dict = {}
+
+
+def _activation_peak(layout, rank: int, per_chunk: list[float]) -> tuple[float, int]:
+    """(bytes, micro-batch-chunks) of the rank's activations at their peak: the first of the largest of its
+    in-flight states, each chunk's micro-batch `per_chunk` bytes. Cached by the schedule and those bytes (layouts
+    of other ZeRO stages share them)."""
+    key = (_schedule_key(layout, rank), tuple(per_chunk))
+    return _memo(_PEAKS, key, lambda: _first_largest(in_flight(layout, rank), per_chunk))
+
+
+def _first_largest(flights, per_chunk: list[float]) -> tuple[float, int]:
+    peak, peak_count = 0.0, 0
+    for counts in flights:
+        live = sum(n * x for n, x in zip(counts, per_chunk))
+        if live > peak:
+            peak, peak_count = live, sum(counts)
+    return peak, peak_count
 
 
 def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> StageMemory:
@@ -268,11 +293,7 @@ def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> Stage
     if fp8:
         cats["weights"] += 2 * n  # FP8 copies of the weights and their transposes (Transformer Engine)
     per_chunk = [_chunk_activations(layout, shape, rank, ch) for ch in range(layout.chunks)]
-    peak, peak_count = 0.0, 0
-    for counts in in_flight(layout, rank):  # the first of the largest
-        live = sum(n * x for n, x in zip(counts, per_chunk))
-        if live > peak:
-            peak, peak_count = live, sum(counts)
+    peak, peak_count = _activation_peak(layout, rank, per_chunk)
     cats["activations"] = peak
     transient = _transient(layout, shape, rank)
     cats["transient"] = float(sum(transient.values()))
