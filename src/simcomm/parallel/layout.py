@@ -336,11 +336,18 @@ def _check_schedule(name: str, pp: int) -> None:
                           "pipeline_model_parallel_size")
 
 
+_CHECKED: set = set()  # the schedules this process has checked (timeline.check): a few hundred small keys
+
+
 @lru_cache(maxsize=32)
 def _schedule(name: str, pp: int, m: int, chunks: int, group_size: int | None):
     """The schedule's actions per rank; shared by the layouts that have the same one (a layout search builds
-    thousands whose ZeRO stage or recomputation differ), so read-only."""
-    return make_schedule(name, pp, m, chunks, group_size)
+    thousands whose ZeRO stage or recomputation differ), so read-only. One rebuilt after the cache dropped it is
+    not checked again."""
+    key = (name, pp, m, chunks, group_size)
+    sched = make_schedule(*key, checked=key in _CHECKED)
+    _CHECKED.add(key)
+    return sched
 
 
 def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int, spec):
