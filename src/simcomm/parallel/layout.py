@@ -67,6 +67,12 @@ class Layout:
         return SCHEDULES[self.schedule_name].placement(self.dims.pp, self.chunks)
 
     @property
+    def schedule_key(self) -> tuple:
+        """What the schedule (its actions per rank) depends on: layouts with the same key share one."""
+        return (self.schedule_name, self.dims.pp, self.microbatches, self.chunks,
+                self.config.microbatch_group_size_per_vp_stage)
+
+    @property
     def virtual_stages(self) -> int:
         return self.placement.stages
 

@@ -364,9 +364,8 @@ def _timeline_key(layout, passes: dict, comm: float, loss) -> tuple:
     loss all-reduce of the ranks that end the model; shared by layouts that differ in their ZeRO stage only."""
     cfg, dims, placement = layout.config, layout.dims, layout.placement
     ends = [r for r in range(dims.pp) if any(placement.next(r, c) is None for c in range(layout.chunks))]
-    return (layout.schedule_name, dims.pp, layout.microbatches, layout.chunks, cfg.microbatch_group_size_per_vp_stage,
-            cfg.p2p_rendezvous, cfg.overlap_p2p_comm, comm, tuple((k, p.duration) for k, p in passes.items()),
-            tuple(loss(r) for r in ends))
+    return (layout.schedule_key, cfg.p2p_rendezvous, cfg.overlap_p2p_comm, comm,
+            tuple((k, p.duration) for k, p in passes.items()), tuple(loss(r) for r in ends))
 
 
 def send_bound(layout, sim: StepModel) -> float:

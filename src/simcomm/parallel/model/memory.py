@@ -236,19 +236,13 @@ def _gathered(layout, rank: int, g, params: dict) -> float:
 _IN_FLIGHT: dict = {}
 
 
-def _schedule_key(layout, rank: int) -> tuple:
-    """What one rank's part of the layout's schedule depends on."""
-    return (layout.schedule_name, layout.dims.pp, layout.microbatches, layout.chunks,
-            layout.config.microbatch_group_size_per_vp_stage, rank)
-
-
 def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
     """Walking the rank's schedule: the micro-batches in flight per model chunk wherever a forward is followed by
     something else or ends the schedule (where the activations peak), each distinct count once, in order of first
     occurrence. A micro-batch whose input gradient ran but whose weight gradient has not still counts whole (Qi et
     al. 2023's accounting: W keeps the layers' inputs and their output gradients). Cached per schedule: a layout
     search asks for thousands of layouts that share one."""
-    key = _schedule_key(layout, rank)
+    key = (layout.schedule_key, rank)
     if key not in _IN_FLIGHT:
         if len(_IN_FLIGHT) >= 4096:
             _IN_FLIGHT.clear()
@@ -265,7 +259,7 @@ def _activation_peak(layout, rank: int, per_chunk: list[float]) -> tuple[float, 
     """(bytes, micro-batch-chunks) of the rank's activations at their peak: the first of the largest of its
     in-flight states, each chunk's micro-batch `per_chunk` bytes. Cached by the schedule and those bytes (layouts
     of other ZeRO stages share them)."""
-    key = (_schedule_key(layout, rank), tuple(per_chunk))
+    key = (layout.schedule_key, rank, tuple(per_chunk))
     return _memo(_PEAKS, key, lambda: _first_largest(in_flight(layout, rank), per_chunk))
 
 
