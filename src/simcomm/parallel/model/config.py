@@ -19,6 +19,27 @@ from .errors import ModelConfigError
 from .moe.config import MoEFields, check_moe, moe_layer_pattern, normalise_moe
 
 
+def hash_once(cls):
+    """A frozen dataclass whose hash (the dataclass's own: its compared fields) is computed once per object: a
+    layout search keys its caches by layer shapes and models, hashing them hundreds of thousands of times. Not
+    pickled (another process hashes strings otherwise)."""
+    hashed = [f.name for f in dataclasses.fields(cls) if (f.compare if f.hash is None else f.hash)]
+
+    def __hash__(self) -> int:
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash(tuple(getattr(self, name) for name in hashed))
+            object.__setattr__(self, "_hash", got)
+        return got
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    cls.__hash__, cls.__getstate__ = __hash__, __getstate__
+    return cls
+
+
+@hash_once
 @dataclass(frozen=True)
 class TransformerConfig(MoEFields):
     """Sizes of a GPT-style decoder (Megatron-LM names), dense or a mixture of experts."""
@@ -86,18 +107,6 @@ class TransformerConfig(MoEFields):
                 raise ModelConfigError("a mixture of experts needs add_bias_linear=False (Megatron-Core's grouped "
                                        "experts have no biases)", "add_bias_linear")
             moe_layer_pattern(self.moe_layer_freq, self.num_layers)  # a list must name every layer
-
-    def __hash__(self) -> int:
-        # the dataclass's hash (its compared fields), computed once: a layout search keys its caches by layer shapes
-        # that hold the model, hashing it hundreds of thousands of times; frozen, so it cannot go stale
-        got = self.__dict__.get("_hash")
-        if got is None:
-            got = hash(tuple(getattr(self, f.name) for f in _HASHED))
-            object.__setattr__(self, "_hash", got)
-        return got
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # another process hashes strings otherwise
 
     def _check_mla(self) -> None:
         for f in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
@@ -167,8 +176,6 @@ class TransformerConfig(MoEFields):
             base["moe_ffn_hidden_size"] = None
         return TransformerConfig(**{**base, **overrides})
 
-
-_HASHED = [f for f in dataclasses.fields(TransformerConfig) if (f.compare if f.hash is None else f.hash)]
 
 _LLAMA = dict(swiglu=True, untie_embeddings_and_output_weights=True, normalization="RMSNorm",
               position_embedding_type="rope", add_bias_linear=False, padded_vocab_size=128256, seq_length=8192,
