@@ -150,6 +150,15 @@ class Layout:
     def layers_of(self, rank: int, chunk: int) -> tuple[int, ...]:
         return self.stage_layers[rank][chunk]
 
+    def moe_pattern(self, rank: int, chunk: int) -> tuple[bool, ...] | int:
+        """Which of the chunk's layers are MoE: what a pass's cost and memory depend on, not which layers they are
+        (a cache key); a dense model's, how many layers (all dense)."""
+        layers = self.stage_layers[rank][chunk]
+        if not self.model.is_moe:
+            return len(layers)
+        moe = self.model.moe_layers
+        return tuple(moe[i] for i in layers)
+
     def has_embedding(self, rank: int, chunk: int) -> bool:
         return self.placement.stage(rank, chunk) == 0
 

@@ -222,12 +222,12 @@ def _kernel_seconds(sim: StepModel):
     """seconds(rank, chunk, phase): a pass's kernels' seconds (no communication), by what they depend on: shared by
     many layouts."""
     L, cfg = sim.layout, sim.cfg
-    moe, cache = L.model.moe_layers, _STATE["seconds"]
+    cache = _STATE["seconds"]
     common = (sim.shape, L.moe_layer_shape, sim.cm.key, cfg.recompute_granularity, cfg.recompute_method,
               cfg.recompute_num_layers)
 
     def seconds(rank: int, chunk: int, phase: str) -> float:
-        key = (common, phase, tuple(moe[i] for i in L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
+        key = (common, phase, L.moe_pattern(rank, chunk), L.has_embedding(rank, chunk),
                L.has_output(rank, chunk))
         got = cache.get(key)
         if got is None:

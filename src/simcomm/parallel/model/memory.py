@@ -137,9 +137,8 @@ def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> floa
     """Bytes one micro-batch leaves on this GPU after the forward of model chunk `chunk` (cached by what they depend
     on, as stage_parameters)."""
     cfg = layout.config
-    moe = layout.model.moe_layers  # the layers' bytes depend on which are MoE, not on which layers they are
     key = (shape, layout.moe_layer_shape, cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers,
-           tuple(moe[i] for i in layout.layers_of(rank, chunk)), layout.has_embedding(rank, chunk),
+           layout.moe_pattern(rank, chunk), layout.has_embedding(rank, chunk),
            layout.has_output(rank, chunk))
     return _memo(_ACTIVATIONS, key, lambda: _activations(layout, shape, rank, chunk))
 
@@ -191,9 +190,8 @@ def recompute_working_set(layout, rank: int) -> float:
     cfg = layout.config
     n = 1 if cfg.recompute_method == "block" else (cfg.recompute_num_layers or 1)
     fp8 = cfg.fp8_format is not None
-    moe = layout.model.moe_layers  # as _chunk_activations: which layers are MoE, not which layers they are
     key = (layout.layer_shape, layout.moe_layer_shape, n, fp8,
-           tuple(tuple(moe[i] for i in layout.layers_of(rank, c)) for c in range(layout.chunks)))
+           tuple(layout.moe_pattern(rank, c) for c in range(layout.chunks)))
     return _memo(_WORKING_SETS, key, lambda: _working_set(layout, rank, n, fp8))
 
 
