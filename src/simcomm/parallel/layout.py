@@ -213,8 +213,9 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
         raise ConfigError(f"world_size {dims.world_size} is more than the cluster's {world_size} ranks",
                           "world_size")
     _check_experts(model, c, dims)
-    dims = ParallelDims(tp=tp, pp=pp, cp=cp, world_size=dims.world_size, ep=c.expert_model_parallel_size,
-                        etp=c.etp)
+    if (c.expert_model_parallel_size, c.etp) != (dims.ep, dims.etp):  # the expert grid differs from the default
+        dims = ParallelDims(tp=tp, pp=pp, cp=cp, world_size=dims.world_size, ep=c.expert_model_parallel_size,
+                            etp=c.etp)
     _check_splits(model, c, dims)
     m = c.global_batch_size // (c.micro_batch_size * dims.dp)
     name = _schedule_name(model, c, pp)
