@@ -67,6 +67,12 @@ class Layout:
         return SCHEDULES[self.schedule_name].placement(self.dims.pp, self.chunks)
 
     @property
+    def schedule_key(self) -> tuple:
+        """What the schedule (its actions per rank) depends on: layouts with the same key share one."""
+        return (self.schedule_name, self.dims.pp, self.microbatches, self.chunks,
+                self.config.microbatch_group_size_per_vp_stage)
+
+    @property
     def virtual_stages(self) -> int:
         return self.placement.stages
 
@@ -144,6 +150,15 @@ class Layout:
     def layers_of(self, rank: int, chunk: int) -> tuple[int, ...]:
         return self.stage_layers[rank][chunk]
 
+    def moe_pattern(self, rank: int, chunk: int) -> tuple[bool, ...] | int:
+        """Which of the chunk's layers are MoE: what a pass's cost and memory depend on, not which layers they are
+        (a cache key); a dense model's, how many layers (all dense)."""
+        layers = self.stage_layers[rank][chunk]
+        if not self.model.is_moe:
+            return len(layers)
+        moe = self.model.moe_layers
+        return tuple(moe[i] for i in layers)
+
     def has_embedding(self, rank: int, chunk: int) -> bool:
         return self.placement.stage(rank, chunk) == 0
 
@@ -198,8 +213,9 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
         raise ConfigError(f"world_size {dims.world_size} is more than the cluster's {world_size} ranks",
                           "world_size")
     _check_experts(model, c, dims)
-    dims = ParallelDims(tp=tp, pp=pp, cp=cp, world_size=dims.world_size, ep=c.expert_model_parallel_size,
-                        etp=c.etp)
+    if (c.expert_model_parallel_size, c.etp) != (dims.ep, dims.etp):  # the expert grid differs from the default
+        dims = ParallelDims(tp=tp, pp=pp, cp=cp, world_size=dims.world_size, ep=c.expert_model_parallel_size,
+                            etp=c.etp)
     _check_splits(model, c, dims)
     m = c.global_batch_size // (c.micro_batch_size * dims.dp)
     name = _schedule_name(model, c, pp)
@@ -336,11 +352,18 @@ def _check_schedule(name: str, pp: int) -> None:
                           "pipeline_model_parallel_size")
 
 
+_CHECKED: set = set()  # the schedules this process has checked (timeline.check): a few hundred small keys
+
+
 @lru_cache(maxsize=32)
 def _schedule(name: str, pp: int, m: int, chunks: int, group_size: int | None):
     """The schedule's actions per rank; shared by the layouts that have the same one (a layout search builds
-    thousands whose ZeRO stage or recomputation differ), so read-only."""
-    return make_schedule(name, pp, m, chunks, group_size)
+    thousands whose ZeRO stage or recomputation differ), so read-only. One rebuilt after the cache dropped it is
+    not checked again."""
+    key = (name, pp, m, chunks, group_size)
+    sched = make_schedule(*key, checked=key in _CHECKED)
+    _CHECKED.add(key)
+    return sched
 
 
 def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int, spec):

@@ -186,7 +186,7 @@ _STATE: dict = {}
 
 def _init(cluster, model, base) -> None:
     _STATE.update(cluster=cluster, model=model, base=base, templates=TemplateCache(cluster), kernels={}, seconds={},
-                  ranks={}, alone=None, collectives={}, sends={})
+                  ranks={}, alone=None, collectives={}, sends={}, timelines={})
 
 
 def _layout(c: Candidate | TrainingConfig):
@@ -222,12 +222,12 @@ def _kernel_seconds(sim: StepModel):
     """seconds(rank, chunk, phase): a pass's kernels' seconds (no communication), by what they depend on: shared by
     many layouts."""
     L, cfg = sim.layout, sim.cfg
-    moe, cache = L.model.moe_layers, _STATE["seconds"]
+    cache = _STATE["seconds"]
     common = (sim.shape, L.moe_layer_shape, sim.cm.key, cfg.recompute_granularity, cfg.recompute_method,
               cfg.recompute_num_layers)
 
     def seconds(rank: int, chunk: int, phase: str) -> float:
-        key = (common, phase, tuple(moe[i] for i in L.layers_of(rank, chunk)), L.has_embedding(rank, chunk),
+        key = (common, phase, L.moe_pattern(rank, chunk), L.has_embedding(rank, chunk),
                L.has_output(rank, chunk))
         got = cache.get(key)
         if got is None:
@@ -331,12 +331,41 @@ def pipeline_bound(layout, passes: dict, comm: float) -> list[list[tuple[float, 
     overlapped pairs (timed_schedule; a pair's passes both at the pair's times) for the schedules that have them."""
     cluster, cache = _STATE["cluster"], _STATE["collectives"]
     sched, duration = timed_schedule(layout, passes)
-    spans = p2p_timeline(layout, duration, comm, lambda r: loss_all_reduce(layout, cluster, cache, r))
+    loss = lambda r: loss_all_reduce(layout, cluster, cache, r)  # noqa: E731
+    if not any(isinstance(a, Overlap) for acts in layout.schedule for a in acts):  # p2p_timeline walks it
+        spans = _p2p_spans(layout, passes, comm, loss, duration)
+    else:
+        spans = p2p_timeline(layout, duration, comm, loss)
     if spans is None:
         times = timeline(sched, duration, comm=comm, placement=layout.placement)
         spans = [[(t.start, t.end) for t in mine for _x in (t.action.parts if isinstance(t.action, Overlap) else
                                                             (t.action,))] for mine in times]
     return spans
+
+
+def _p2p_spans(layout, passes: dict, comm: float, loss, duration) -> list[list[tuple[float, float]]]:
+    """p2p_timeline's spans of a schedule without overlapped pairs, from the worker's latest (read-only)."""
+    kept = _STATE["timelines"]
+    key = _timeline_key(layout, passes, comm, loss)
+    spans = kept.get(key)
+    if spans is None:
+        spans = p2p_timeline(layout, duration, comm, loss)
+        if len(kept) >= TIMELINES_KEPT:
+            del kept[next(iter(kept))]
+        kept[key] = spans
+    return spans
+
+
+TIMELINES_KEPT = 16  # a worker's latest timelines (each up to a step's passes): its batch's ZeRO siblings
+
+
+def _timeline_key(layout, passes: dict, comm: float, loss) -> tuple:
+    """What p2p_timeline's spans depend on: the schedule, the p2p settings, each pass's and send's seconds and the
+    loss all-reduce of the ranks that end the model; shared by layouts that differ in their ZeRO stage only."""
+    cfg, dims, placement = layout.config, layout.dims, layout.placement
+    ends = [r for r in range(dims.pp) if any(placement.next(r, c) is None for c in range(layout.chunks))]
+    return (layout.schedule_key, cfg.p2p_rendezvous, cfg.overlap_p2p_comm, comm,
+            tuple((k, p.duration) for k, p in passes.items()), tuple(loss(r) for r in ends))
 
 
 def send_bound(layout, sim: StepModel) -> float:

@@ -1,7 +1,11 @@
 """TransformerConfig: Megatron's names and defaults, presets, overrides, and clear errors."""
+import pickle
+from dataclasses import fields, replace
+
 import pytest
 
 from simcomm.parallel.model import ModelConfigError, TransformerConfig, model_preset
+from simcomm.parallel.model.layer import LayerShape
 
 
 def test_megatron_defaults():
@@ -63,3 +67,15 @@ def test_bad_moe_fields_name_the_field(kwargs, field, message):
     with pytest.raises(ModelConfigError, match=message) as e:
         model_preset("mixtral-8x7b", **kwargs)
     assert e.value.field == field
+
+
+def test_hash_once_is_the_dataclass_hash_and_stays_in_its_process():
+    m = model_preset("llama3-70b")
+    shape = LayerShape(m, 4, 2, True, 1)
+    for obj in (m, shape):
+        own = hash(tuple(getattr(obj, f.name) for f in fields(obj)))  # what @dataclass(frozen=True) hashes
+        assert hash(obj) == own and hash(obj) == own  # the second from the cached value
+        back = pickle.loads(pickle.dumps(obj))
+        assert back == obj and "_hash" not in back.__dict__ and hash(back) == own
+    wider = replace(shape, tp=8)
+    assert hash(wider) == hash(tuple(getattr(wider, f.name) for f in fields(wider))) != hash(shape)

@@ -19,6 +19,27 @@ from .errors import ModelConfigError
 from .moe.config import MoEFields, check_moe, moe_layer_pattern, normalise_moe
 
 
+def hash_once(cls):
+    """A frozen dataclass whose hash (the dataclass's own: its compared fields) is computed once per object: a
+    layout search keys its caches by layer shapes and models, hashing them hundreds of thousands of times. Not
+    pickled (another process hashes strings otherwise)."""
+    hashed = [f.name for f in dataclasses.fields(cls) if (f.compare if f.hash is None else f.hash)]
+
+    def __hash__(self) -> int:
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash(tuple(getattr(self, name) for name in hashed))
+            object.__setattr__(self, "_hash", got)
+        return got
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    cls.__hash__, cls.__getstate__ = __hash__, __getstate__
+    return cls
+
+
+@hash_once
 @dataclass(frozen=True)
 class TransformerConfig(MoEFields):
     """Sizes of a GPT-style decoder (Megatron-LM names), dense or a mixture of experts."""

@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .config import TransformerConfig
+from .config import TransformerConfig, hash_once
 
 
+@hash_once
 @dataclass(frozen=True)
 class LayerShape:
     """Everything the kernels depend on (hashable: programs are cached by it)."""

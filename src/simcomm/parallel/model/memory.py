@@ -137,9 +137,8 @@ def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> floa
     """Bytes one micro-batch leaves on this GPU after the forward of model chunk `chunk` (cached by what they depend
     on, as stage_parameters)."""
     cfg = layout.config
-    moe = layout.model.moe_layers  # the layers' bytes depend on which are MoE, not on which layers they are
     key = (shape, layout.moe_layer_shape, cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers,
-           tuple(moe[i] for i in layout.layers_of(rank, chunk)), layout.has_embedding(rank, chunk),
+           layout.moe_pattern(rank, chunk), layout.has_embedding(rank, chunk),
            layout.has_output(rank, chunk))
     return _memo(_ACTIVATIONS, key, lambda: _activations(layout, shape, rank, chunk))
 
@@ -191,9 +190,8 @@ def recompute_working_set(layout, rank: int) -> float:
     cfg = layout.config
     n = 1 if cfg.recompute_method == "block" else (cfg.recompute_num_layers or 1)
     fp8 = cfg.fp8_format is not None
-    moe = layout.model.moe_layers  # as _chunk_activations: which layers are MoE, not which layers they are
     key = (layout.layer_shape, layout.moe_layer_shape, n, fp8,
-           tuple(tuple(moe[i] for i in layout.layers_of(rank, c)) for c in range(layout.chunks)))
+           tuple(layout.moe_pattern(rank, c) for c in range(layout.chunks)))
     return _memo(_WORKING_SETS, key, lambda: _working_set(layout, rank, n, fp8))
 
 
@@ -211,8 +209,19 @@ def _working_set(layout, rank: int, n: int, fp8: bool) -> float:
 def zero3_gathered_parameters(layout, rank: int) -> float:
     """The most parameters ZeRO-3 / FSDP holds gathered at once on a GPU of pipeline rank `rank`, the layout's
     framework's way (data_parallel/gathering.py): per model chunk, the units in use, prefetched and kept over its
-    forward and backward, plus what the other chunks' forwards keep gathered."""
+    forward and backward, plus what the other chunks' forwards keep gathered. Cached by what the passes' uses
+    depend on (pass_uses): layouts of other batches, schedules and memory settings share it."""
     g, params = gathering(layout.config), stage_parameters(layout, rank)
+    parts = tuple(layout.pass_parts(rank, c, ph) for c in range(layout.chunks) for ph in "FB")
+    key = (g, layout.layer_shape if g.modules else None, layout.layer_params, params["embedding"],
+           params["output"], parts)
+    return _memo(_GATHERED, key, lambda: _gathered(layout, rank, g, params))
+
+
+_GATHERED: dict = {}
+
+
+def _gathered(layout, rank: int, g, params: dict) -> float:
     walks, kept = [], []
     for c in range(layout.chunks):
         f, b = (pass_uses(g, layout, rank, c, ph, params) for ph in "FB")
@@ -231,8 +240,7 @@ def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
     occurrence. A micro-batch whose input gradient ran but whose weight gradient has not still counts whole (Qi et
     al. 2023's accounting: W keeps the layers' inputs and their output gradients). Cached per schedule: a layout
     search asks for thousands of layouts that share one."""
-    key = (layout.schedule_name, layout.dims.pp, layout.microbatches, layout.chunks,
-           layout.config.microbatch_group_size_per_vp_stage, rank)
+    key = (layout.schedule_key, rank)
     if key not in _IN_FLIGHT:
         if len(_IN_FLIGHT) >= 4096:
             _IN_FLIGHT.clear()
@@ -240,6 +248,26 @@ def in_flight(layout, rank: int) -> tuple[tuple[int, ...], ...]:
         _IN_FLIGHT[key] = tuple(dict.fromkeys(tuple(x + y for x, y in zip(held[:v], held[v:]))
                                               for held in held_at_peaks(layout.schedule[rank], v)))
     return _IN_FLIGHT[key]
+
+
+_PEAKS: dict = {}
+
+
+def _activation_peak(layout, rank: int, per_chunk: list[float]) -> tuple[float, int]:
+    """(bytes, micro-batch-chunks) of the rank's activations at their peak: the first of the largest of its
+    in-flight states, each chunk's micro-batch `per_chunk` bytes. Cached by the schedule and those bytes (layouts
+    of other ZeRO stages share them)."""
+    key = (layout.schedule_key, rank, tuple(per_chunk))
+    return _memo(_PEAKS, key, lambda: _first_largest(in_flight(layout, rank), per_chunk))
+
+
+def _first_largest(flights, per_chunk: list[float]) -> tuple[float, int]:
+    peak, peak_count = 0.0, 0
+    for counts in flights:
+        live = sum(n * x for n, x in zip(counts, per_chunk))
+        if live > peak:
+            peak, peak_count = live, sum(counts)
+    return peak, peak_count
 
 
 def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> StageMemory:
@@ -257,18 +285,14 @@ def stage_memory(layout, rank: int, capacity: float, fp8: bool = False) -> Stage
     if fp8:
         cats["weights"] += 2 * n  # FP8 copies of the weights and their transposes (Transformer Engine)
     per_chunk = [_chunk_activations(layout, shape, rank, ch) for ch in range(layout.chunks)]
-    peak, peak_count = 0.0, 0
-    for counts in in_flight(layout, rank):  # the first of the largest
-        live = sum(n * x for n, x in zip(counts, per_chunk))
-        if live > peak:
-            peak, peak_count = live, sum(counts)
+    peak, peak_count = _activation_peak(layout, rank, per_chunk)
     cats["activations"] = peak
     transient = _transient(layout, shape, rank)
     cats["transient"] = float(sum(transient.values()))
     cats["reserved"] = float(cfg.memory_reserved)
     allocated = sum(v for k, v in cats.items() if k != "reserved")
     cats["fragmentation"] = allocated * cfg.memory_fragmentation
-    gpu = int(dims.ranks(pp=rank, dp=0, cp=0, tp=0))
+    gpu = rank * (dims.world_size // dims.pp)  # dims.ranks(pp=rank, dp=0, cp=0, tp=0): the grid is pp-major
     details = {"activations_per_microbatch": per_chunk, "transient_detail": transient,
                "bytes_per_parameter": per, "parameters_detail": params}
     return StageMemory(rank, gpu, cats, float(capacity), peak_count, n, details)

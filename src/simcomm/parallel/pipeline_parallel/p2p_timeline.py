@@ -60,18 +60,8 @@ class _Walk:
 
     def rank(self, r: int):
         """Rank r's walk: a generator that yields (False) while it waits for another rank."""
-        actions = list(self.layout.schedule[r])
-        placement, chunks = self.layout.placement, self.layout.chunks
-        prev = [placement.prev(r, c) for c in range(chunks)]
-        nxt = [placement.next(r, c) for c in range(chunks)]
-        receives, outputs = [], []  # per action: the arrival it waits for, and the (rank, chunk) it sends to
-        for a in actions:
-            forward = a.phase == FORWARD
-            source = prev[a.chunk] if forward else nxt[a.chunk] if a.phase in INPUT_GRADIENT else None
-            receives.append(None if source is None else ("F" if forward else "B", a.microbatch, r, a.chunk))
-            outputs.append(nxt[a.chunk] if forward else prev[a.chunk] if a.phase in INPUT_GRADIENT else None)
-        lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
-        steady = lead < sum(a.phase == FORWARD for a in actions)
+        actions = self.layout.schedule[r]
+        receives, outputs, posts, steady = _rank_plan(self.layout, r, self.interleaved, self.overlap)
         defers = self.rendezvous and self.interleaved and steady and not self.overlap
         posted, arrived, out, comm = self.posted, self.arrived, self.out[r], self.comm
         if not self.megatron:
@@ -84,8 +74,7 @@ class _Walk:
                 while key not in arrived:
                     yield False
                 now = max(now, arrived[key])
-            when, ahead = _posted_with(actions, i, self.interleaved, self.overlap) if self.megatron else ("", ())
-            ahead = [k for k in (receives[j] for j in ahead) if k is not None]
+            when, ahead = posts[i]
             if when == "start":
                 self._post(now, *ahead)
             start, now = now, now + self.duration(r, a)
@@ -114,6 +103,43 @@ class _Walk:
     def _post(self, now: float, *keys) -> None:
         for k in keys:
             self.posted.setdefault(k, now)
+
+
+_PLANS: dict = {}
+
+
+def _rank_plan(layout, r: int, interleaved: bool, overlap: bool) -> tuple:
+    """What rank r's walk reads of its schedule, per action: the arrival it waits for, the (rank, chunk) it sends
+    to, and when it posts which receives (Megatron's schedules; ('', ()) for the others); and whether it has a
+    steady phase. Cached by the schedule (layouts of other batches, ZeRO stages or memory settings share one)."""
+    key = (layout.schedule_key, r, overlap)
+    got = _PLANS.get(key)
+    if got is None:
+        if len(_PLANS) >= 512:
+            _PLANS.clear()
+        got = _PLANS[key] = _make_plan(layout, r, interleaved, overlap)
+    return got
+
+
+def _make_plan(layout, r: int, interleaved: bool, overlap: bool) -> tuple:
+    actions = list(layout.schedule[r])
+    placement, chunks = layout.placement, layout.chunks
+    prev = [placement.prev(r, c) for c in range(chunks)]
+    nxt = [placement.next(r, c) for c in range(chunks)]
+    receives, outputs = [], []  # per action: the arrival it waits for, and the (rank, chunk) it sends to
+    for a in actions:
+        forward = a.phase == FORWARD
+        source = prev[a.chunk] if forward else nxt[a.chunk] if a.phase in INPUT_GRADIENT else None
+        receives.append(None if source is None else ("F" if forward else "B", a.microbatch, r, a.chunk))
+        outputs.append(nxt[a.chunk] if forward else prev[a.chunk] if a.phase in INPUT_GRADIENT else None)
+    megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
+    posts = []
+    for i in range(len(actions)):
+        when, ahead = _posted_with(actions, i, interleaved, overlap) if megatron else ("", ())
+        posts.append((when, tuple(k for k in (receives[j] for j in ahead) if k is not None)))
+    lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
+    steady = lead < sum(a.phase == FORWARD for a in actions)
+    return receives, outputs, posts, steady
 
 
 __all__ = ["p2p_timeline"]

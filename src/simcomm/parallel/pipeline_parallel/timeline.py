@@ -51,6 +51,9 @@ def _check_rank(rank: int, acts) -> dict[tuple[int, int], list[str]]:
     held: dict[tuple[int, int], list[str]] = {}
     for a in computations(acts):
         phases = held.get((a.microbatch, a.chunk))
+        if phases is None and a.phase == FORWARD:  # the common case first
+            held[(a.microbatch, a.chunk)] = [FORWARD]
+            continue
         if phases is None:
             phases = held[(a.microbatch, a.chunk)] = []
         n = len(phases)
@@ -72,15 +75,17 @@ def _check_channels(sched: Schedule, placement: Placement) -> None:
     sent: dict[tuple, list[tuple[int, int]]] = {}  # (src, dst, kind) -> (micro-batch, chunk it is for), in order
     received: dict[tuple, list[tuple[int, int]]] = {}
     for r, acts in enumerate(sched):
-        moves: dict[tuple[str, int], tuple] = {}  # (phase, chunk) -> its transfers: a schedule repeats a few
+        # (phase, chunk) -> its transfers, as (the channel's list, the chunk each is for): a schedule repeats a few
+        moves: dict[tuple[str, int], tuple] = {}
         for a in computations(acts):
             got = moves.get((a.phase, a.chunk))
             if got is None:
                 got = moves[(a.phase, a.chunk)] = tuple(
-                    ((r, peer[0], kind), peer[1], sent) if outgoing else ((peer[0], r, kind), a.chunk, received)
+                    (sent.setdefault((r, peer[0], kind), []), peer[1]) if outgoing else
+                    (received.setdefault((peer[0], r, kind), []), a.chunk)
                     for kind, peer, outgoing in _transfers(a, r, placement))
-            for key, chunk, into in got:
-                into.setdefault(key, []).append((a.microbatch, chunk))
+            for channel, chunk in got:
+                channel.append((a.microbatch, chunk))
     for key in sorted(set(sent) | set(received)):
         s, got = sent.get(key, []), received.get(key, [])
         if s != got:
