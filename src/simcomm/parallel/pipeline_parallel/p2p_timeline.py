@@ -7,7 +7,7 @@ of earlier times, as in the step, where each only grows.
 Besides timeline.py's data dependencies it counts what the step's p2p adds:
 - a blocking send (Megatron's p2p, unless overlap_p2p_comm) holds its sender until its transfer is through;
 - the rendezvous (p2p_rendezvous): a transfer starts only once its receive is posted, where the receiver posts it
-  (timing._posted_with; every receive at the start for the schedules not Megatron's);
+  (timing.posted_with; every receive at the start for the schedules not Megatron's);
 - the interleaved schedule's steady forwards send their activations with the backward that follows them;
 - the last stage's loss all-reduce after each of its forwards (`loss`).
 Schedules with overlapped pairs (DualPipe) are not walked here (the step times their pairs otherwise): None.
@@ -18,7 +18,7 @@ from typing import Callable
 
 from ...errors import SimcommError
 from .actions import FORWARD, INPUT_GRADIENT, Overlap
-from .timing import MEGATRON_P2P_SCHEDULES, _posted_with
+from .timing import MEGATRON_P2P_SCHEDULES, posted_with
 
 
 def p2p_timeline(layout, duration: Callable, comm: float, loss: Callable[[int], float] | None = None) \
@@ -135,7 +135,7 @@ def _make_plan(layout, r: int, interleaved: bool, overlap: bool) -> tuple:
     megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
     posts = []
     for i in range(len(actions)):
-        when, ahead = _posted_with(actions, i, interleaved, overlap) if megatron else ("", ())
+        when, ahead = posted_with(actions, i, interleaved, overlap) if megatron else ("", ())
         posts.append((when, tuple(k for k in (receives[j] for j in ahead) if k is not None)))
     lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
     steady = lead < sum(a.phase == FORWARD for a in actions)

@@ -35,7 +35,7 @@ from .overlapped_pair import slowed
 from .pair_timing import OverlappedPairs
 
 
-# The schedules whose p2p follows Megatron-LM's (blocking, batched exchanges; receives posted by _posted_with);
+# The schedules whose p2p follows Megatron-LM's (blocking, batched exchanges; receives posted by posted_with);
 # frameworks.MEGATRON_SCHEDULES are those Megatron-LM offers (GPipe is not one).
 MEGATRON_P2P_SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")
 
@@ -130,7 +130,7 @@ class StageTiming:
     def schedule(self):
         """Every action of the rank's schedule, in order: each waits for its input from the neighbouring stage
         (where the layout's placement puts it), runs, and sends its output on. A send waits for its receive
-        (p2p_rendezvous): Megatron's schedules post receives as _posted_with says; torch.distributed.pipelining's
+        (p2p_rendezvous): Megatron's schedules post receives as posted_with says; torch.distributed.pipelining's
         (zero bubble, V, DualPipe, looped BFS) issue their irecvs ahead, so every receive is posted at the start."""
         layout, dp = self.p.layout, self.p.dp
         cfg, actions, receives = layout.config, self.actions, self.receives
@@ -140,7 +140,7 @@ class StageTiming:
         steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
         if not megatron:
             self._post(*(k for k in receives if k is not None))
-        posts = [_posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
+        posts = [posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
                  for i in range(len(actions))]
         for i, a in enumerate(actions):
             forward = a.phase == FORWARD
@@ -317,7 +317,7 @@ class StageTiming:
         return op
 
 
-def _posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
+def posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
     """The receives a rank posts around action i's pass, as Megatron's schedules do: ('start', next actions, by
     index) with overlap_p2p_comm (asynchronous receives posted before the compute); ('end', next actions) when they
     are batched with action i's send (send_forward_recv_backward and the like; in the interleaved schedule every
