@@ -159,3 +159,12 @@ def test_a_scalar_all_reduce_on_a_large_host_is_a_bench_case():
     row = bench.run(["spawn-cpu-host-1024-scalar"])[0]
     assert row["ranks"] == 1024 and row["sim_seconds"] > 0 and row["closed_form"] >= 2 * 1023
     assert "spawn-cpu-host-4096-scalar" in bench.DEFAULT
+
+
+def test_the_deep_pipeline_case_is_the_layout_plan_builds():
+    from simcomm.parallel import TrainingConfig
+    from simcomm.parallel.search import Candidate
+    _preset, _nodes, _model, base = bench.STEP_CASES["step-llama3-405b-16384"]
+    _preset, nodes, _model, deep = bench.STEP_CASES["step-llama3-405b-pp32-16384"]
+    built = Candidate(8, 32, 4, 1, "1f1b", 1, 1, None).config(TrainingConfig(**base))
+    assert nodes * 8 == 16384 and TrainingConfig(**deep) == built

@@ -26,6 +26,8 @@ Cases:
   step-llama3-405b-16384  the step model: scenarios/llama3-405b-h100-16384.yaml; target: under 5 s wall
   step-llama3-405b-131072 the same layout with dp 1,024 (and 16,384 sequences) on 131,072 GPUs; target (issue
                           22): under 5 s wall
+  step-llama3-405b-pp32-16384 the layout `simcomm plan` proves best for scenarios/llama3-405b-h100-16384.yaml
+                          (tp 8, pp 32, cp 4, 1F1B, ZeRO-1): a deep pipeline, the steps the plan simulates most
   step-mixtral-8x7b-64    the step model: scenarios/mixtral-8x7b-h100-64.yaml (MoE, EP 8); target (issue 23):
                           under 10 s wall
   step-deepseek-v3-2048   the step model: scenarios/deepseek-v3-h800-2048.yaml (MoE, EP 64 over 8 nodes, PP 16);
@@ -270,6 +272,12 @@ def bench_perf_cli() -> dict:
 STEP_CASES["plan-llama3-405b-16384"] = STEP_CASES["step-llama3-405b-16384"]
 STEP_CASES["step-llama3-405b-131072"] = ("hgx-h100", 16384, "llama3-405b",
                                          {**STEP_CASES["step-llama3-405b-16384"][3], "global_batch_size": 16384})
+# The layout that plan proves best for that scenario (tp 8, pp 32, cp 4, 1F1B, ZeRO-1, no recomputation): a deep
+# pipeline of 128 micro-batches, 8,192 passes, the kind of step the plan simulates most.
+STEP_CASES["step-llama3-405b-pp32-16384"] = ("hgx-h100", 2048, "llama3-405b", {
+    **STEP_CASES["step-llama3-405b-16384"][3], "pipeline_model_parallel_size": 32, "context_parallel_size": 4,
+    "num_layers_per_virtual_pipeline_stage": None, "pipeline_schedule": "1f1b", "zero_stage": 1,
+    "recompute_granularity": None, "recompute_method": "uniform", "recompute_num_layers": None})
 
 ALGORITHMS = ("ring", "tree", "recursive_doubling", "halving_doubling", "hierarchical", "nvls_tree", None)
 CASES = {
@@ -297,7 +305,8 @@ DEFAULT = ["flows-fattree", "ring-8", "ring-64", "ring-512", "ring-1024", "allre
            *[f"allreduce-{alg or 'auto'}-{n}" for n in (16384, 131072) for alg in ALGORITHMS],
            "rankprog-256", "rankprog-sizeonly-16384", "spawn-cpu-host-4096-scalar", "spawn-cpu-host-16384-scalar",
            "build-cpu-host-4096", "launch-cpu-host-4000", "train-64",
-           "step-gpt3-175b-1024", "step-llama3-405b-16384", "step-llama3-405b-131072", "step-mixtral-8x7b-64",
+           "step-gpt3-175b-1024", "step-llama3-405b-16384", "step-llama3-405b-pp32-16384", "step-llama3-405b-131072",
+           "step-mixtral-8x7b-64",
            "step-deepseek-v3-2048", "plan-llama3-70b-1024",
            "plan-llama3-405b-16384", "perf-cli"]
 
