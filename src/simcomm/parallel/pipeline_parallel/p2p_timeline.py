@@ -7,7 +7,7 @@ of earlier times, as in the step, where each only grows.
 Besides timeline.py's data dependencies it counts what the step's p2p adds:
 - a blocking send (Megatron's p2p, unless overlap_p2p_comm) holds its sender until its transfer is through;
 - the rendezvous (p2p_rendezvous): a transfer starts only once its receive is posted, where the receiver posts it
-  (timing.posted_with; every receive at the start for the schedules not Megatron's);
+  (timing.rank_plan's posts; every receive at the start for the schedules not Megatron's);
 - the interleaved schedule's steady forwards send their activations with the backward that follows them;
 - the last stage's loss all-reduce after each of its forwards (`loss`).
 Schedules with overlapped pairs (DualPipe) are not walked here (the step times their pairs otherwise): None.
@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ...errors import SimcommError
-from .actions import FORWARD, INPUT_GRADIENT, Overlap
-from .timing import MEGATRON_P2P_SCHEDULES, posted_with
+from .actions import FORWARD, Overlap
+from .timing import rank_plan
 
 
 def p2p_timeline(layout, duration: Callable, comm: float, loss: Callable[[int], float] | None = None) \
@@ -48,8 +48,6 @@ class _Walk:
     def __init__(self, layout, duration, comm, loss):
         self.layout, self.duration, self.comm, self.loss = layout, duration, comm, loss
         cfg = layout.config
-        self.megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
-        self.interleaved = layout.chunks > 1 and self.megatron
         self.rendezvous, self.overlap = cfg.p2p_rendezvous, cfg.overlap_p2p_comm
         self.posted: dict = {}
         self.arrived: dict = {}
@@ -60,11 +58,11 @@ class _Walk:
 
     def rank(self, r: int):
         """Rank r's walk: a generator that yields (False) while it waits for another rank."""
-        actions = self.layout.schedule[r]
-        receives, outputs, posts, steady = _rank_plan(self.layout, r, self.interleaved, self.overlap)
-        defers = self.rendezvous and self.interleaved and steady and not self.overlap
+        plan = rank_plan(self.layout, r)
+        actions, receives, outputs, posts = plan.actions, plan.receives, plan.outputs, plan.posts
+        defers = self.rendezvous and plan.interleaved and plan.steady and not self.overlap
         posted, arrived, out, comm = self.posted, self.arrived, self.out[r], self.comm
-        if not self.megatron:
+        if not plan.megatron:
             self._post(0.0, *(k for k in receives if k is not None))
         now, deferred = 0.0, []
         for i, a in enumerate(actions):
@@ -103,43 +101,6 @@ class _Walk:
     def _post(self, now: float, *keys) -> None:
         for k in keys:
             self.posted.setdefault(k, now)
-
-
-_PLANS: dict = {}
-
-
-def _rank_plan(layout, r: int, interleaved: bool, overlap: bool) -> tuple:
-    """What rank r's walk reads of its schedule, per action: the arrival it waits for, the (rank, chunk) it sends
-    to, and when it posts which receives (Megatron's schedules; ('', ()) for the others); and whether it has a
-    steady phase. Cached by the schedule (layouts of other batches, ZeRO stages or memory settings share one)."""
-    key = (layout.schedule_key, r, overlap)
-    got = _PLANS.get(key)
-    if got is None:
-        if len(_PLANS) >= 512:
-            _PLANS.clear()
-        got = _PLANS[key] = _make_plan(layout, r, interleaved, overlap)
-    return got
-
-
-def _make_plan(layout, r: int, interleaved: bool, overlap: bool) -> tuple:
-    actions = list(layout.schedule[r])
-    placement, chunks = layout.placement, layout.chunks
-    prev = [placement.prev(r, c) for c in range(chunks)]
-    nxt = [placement.next(r, c) for c in range(chunks)]
-    receives, outputs = [], []  # per action: the arrival it waits for, and the (rank, chunk) it sends to
-    for a in actions:
-        forward = a.phase == FORWARD
-        source = prev[a.chunk] if forward else nxt[a.chunk] if a.phase in INPUT_GRADIENT else None
-        receives.append(None if source is None else ("F" if forward else "B", a.microbatch, r, a.chunk))
-        outputs.append(nxt[a.chunk] if forward else prev[a.chunk] if a.phase in INPUT_GRADIENT else None)
-    megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
-    posts = []
-    for i in range(len(actions)):
-        when, ahead = posted_with(actions, i, interleaved, overlap) if megatron else ("", ())
-        posts.append((when, tuple(k for k in (receives[j] for j in ahead) if k is not None)))
-    lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
-    steady = lead < sum(a.phase == FORWARD for a in actions)
-    return receives, outputs, posts, steady
 
 
 __all__ = ["p2p_timeline"]

@@ -25,6 +25,7 @@ What a send pays besides its bytes:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -118,9 +119,8 @@ class StageTiming:
         self.bubbles: list[tuple[float, float]] = []  # when it waited for work not yet produced
         dp = pipeline.dp
         self.after_part = dp.after_part if dp.acts_after_parts else None  # called for every part: only if it acts
-        self.actions = list(computations(pipeline.layout.schedule[rank]))  # an overlapped pair: F, then B
-        self.receives = [self._receives(a) for a in self.actions]  # the arrival each waits for, or None
-        self.outputs = [self._output(a) for a in self.actions]  # the (rank, chunk) each one's output goes to
+        self.plan = rank_plan(pipeline.layout, rank)
+        self.actions, self.receives, self.outputs = self.plan.actions, self.plan.receives, self.plan.outputs
         self.action_tags = [self.tags(a) for a in self.actions]
         self.pass_tags = [({**t, "annotation": "pass"}, _label(a)) for t, a in zip(self.action_tags, self.actions)]
         self.pairs = OverlappedPairs(self, pipeline.layout.schedule[rank])  # ... unless they interleave
@@ -132,23 +132,17 @@ class StageTiming:
         (where the layout's placement puts it), runs, and sends its output on. A send waits for its receive
         (p2p_rendezvous): Megatron's schedules post receives as posted_with says; torch.distributed.pipelining's
         (zero bubble, V, DualPipe, looped BFS) issue their irecvs ahead, so every receive is posted at the start."""
-        layout, dp = self.p.layout, self.p.dp
+        layout, dp, plan = self.p.layout, self.p.dp, self.plan
         cfg, actions, receives = layout.config, self.actions, self.receives
-        megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
-        interleaved, deferred = layout.chunks > 1 and megatron, []
-        lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
-        steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
-        if not megatron:
+        defers, deferred = cfg.p2p_rendezvous and plan.interleaved and plan.steady and not cfg.overlap_p2p_comm, []
+        if not plan.megatron:
             self._post(*(k for k in receives if k is not None))
-        posts = [posted_with(actions, i, interleaved, cfg.overlap_p2p_comm) if megatron else ("", [])
-                 for i in range(len(actions))]
         for i, a in enumerate(actions):
             forward = a.phase == FORWARD
             key = receives[i]
             if key is not None:
                 self._post(key)  # a blocking recv of its own, unless posted with an earlier action
-            when, ahead = posts[i]
-            ahead = [k for k in (receives[j] for j in ahead) if k is not None]
+            when, ahead = plan.posts[i]
             # an interleaved pair runs both its passes at its forward (index i); its backward (i + 1) has run then
             together, ran = self.pairs.together(i), self.pairs.ran(i)
             if together:
@@ -178,8 +172,7 @@ class StageTiming:
                 slot[0].succeed()
             elif to is not None:
                 sends.append((("F" if forward else "B", a.microbatch, *to), tags))
-            if cfg.p2p_rendezvous and interleaved and steady and not cfg.overlap_p2p_comm and forward and \
-                    i + 1 < len(actions) and actions[i + 1].phase != FORWARD or together:
+            if defers and forward and i + 1 < len(actions) and actions[i + 1].phase != FORWARD or together:
                 deferred, sends = sends, []  # a steady iteration's (a pair's) exchange follows its backward
             yield from self._exchange(sends)
 
@@ -198,23 +191,6 @@ class StageTiming:
         waited = max(0.0, min(began, self.env.now) - t)
         self.idle(t, waited)
         self.acc["pp"] += self.env.now - t - waited
-
-    def _output(self, a):
-        """The (rank, chunk) an action's output goes to: a forward's to the next stage, an input gradient's to the
-        previous one; None for a weight pass and past either end."""
-        placement = self.p.placement
-        if a.phase == FORWARD:
-            return placement.next(self.rank, a.chunk)
-        return placement.prev(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
-
-    def _receives(self, a):
-        """The arrival an action waits for: (F | B, microbatch, this rank, its chunk), or None."""
-        placement = self.p.placement
-        if a.phase == FORWARD:
-            source = placement.prev(self.rank, a.chunk)
-        else:
-            source = placement.next(self.rank, a.chunk) if a.phase in INPUT_GRADIENT else None
-        return None if source is None else ("F" if a.phase == FORWARD else "B", a.microbatch, self.rank, a.chunk)
 
     def _post(self, *keys) -> None:
         for key in keys:
@@ -315,6 +291,56 @@ class StageTiming:
                                for g in groups])
         done.callbacks.append(lambda _e, ev=slot[0]: ev.succeed())
         return op
+
+
+class RankPlan(NamedTuple):
+    """What a pipeline rank's walk reads of its schedule (the step's StageTiming and the plan's p2p_timeline)."""
+
+    actions: list  # in order, an overlapped pair as its forward then its backward
+    receives: list  # per action: the arrival it waits for, (F | B, micro-batch, this rank, its chunk), or None
+    outputs: list  # per action: the (rank, chunk) its output goes to, or None (a weight pass; past either end)
+    posts: list  # per action: (when, the arrival keys whose receives it posts then), as posted_with says
+    megatron: bool  # Megatron-LM's p2p (MEGATRON_P2P_SCHEDULES)
+    interleaved: bool  # Megatron's interleaved p2p: every exchange batched
+    steady: bool  # the rank has a steady phase (a backward before its last forward)
+
+
+_PLANS: dict = {}
+
+
+def rank_plan(layout, rank: int) -> RankPlan:
+    """Rank `rank`'s RankPlan, cached by what it depends on (layouts of other batches, ZeRO stages or memory
+    settings share one)."""
+    overlap = layout.config.overlap_p2p_comm
+    key = (layout.schedule_key, rank, overlap)
+    got = _PLANS.get(key)
+    if got is None:
+        if len(_PLANS) >= 512:
+            _PLANS.clear()
+        got = _PLANS[key] = _make_plan(layout, rank, overlap)
+    return got
+
+
+def _make_plan(layout, r: int, overlap: bool) -> RankPlan:
+    actions = list(computations(layout.schedule[r]))
+    placement, chunks = layout.placement, layout.chunks
+    prev = [placement.prev(r, c) for c in range(chunks)]
+    nxt = [placement.next(r, c) for c in range(chunks)]
+    receives, outputs = [], []
+    for a in actions:
+        forward = a.phase == FORWARD
+        source = prev[a.chunk] if forward else nxt[a.chunk] if a.phase in INPUT_GRADIENT else None
+        receives.append(None if source is None else ("F" if forward else "B", a.microbatch, r, a.chunk))
+        outputs.append(nxt[a.chunk] if forward else prev[a.chunk] if a.phase in INPUT_GRADIENT else None)
+    megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
+    interleaved = chunks > 1 and megatron
+    posts = []
+    for i in range(len(actions)):
+        when, ahead = posted_with(actions, i, interleaved, overlap) if megatron else ("", ())
+        posts.append((when, [k for k in (receives[j] for j in ahead) if k is not None]))
+    lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
+    steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
+    return RankPlan(actions, receives, outputs, posts, megatron, interleaved, steady)
 
 
 def posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
