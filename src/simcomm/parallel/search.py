@@ -333,14 +333,10 @@ def pipeline_bound(layout, passes: dict, comm: float) -> list[list[tuple[float, 
     sched, duration = timed_schedule(layout, passes)
     loss = lambda r: loss_all_reduce(layout, cluster, cache, r)  # noqa: E731
     if not any(isinstance(a, Overlap) for acts in layout.schedule for a in acts):  # p2p_timeline walks it
-        spans = _p2p_spans(layout, passes, comm, loss, duration)
-    else:
-        spans = p2p_timeline(layout, duration, comm, loss)
-    if spans is None:
-        times = timeline(sched, duration, comm=comm, placement=layout.placement)
-        spans = [[(t.start, t.end) for t in mine for _x in (t.action.parts if isinstance(t.action, Overlap) else
-                                                            (t.action,))] for mine in times]
-    return spans
+        return _p2p_spans(layout, passes, comm, loss, duration)
+    times = timeline(sched, duration, comm=comm, placement=layout.placement)
+    return [[(t.start, t.end) for t in mine for _x in (t.action.parts if isinstance(t.action, Overlap) else
+                                                       (t.action,))] for mine in times]
 
 
 def _p2p_spans(layout, passes: dict, comm: float, loss, duration) -> list[list[tuple[float, float]]]:
