@@ -39,9 +39,9 @@ LAYOUTS = [x for f in (None, "deepspeed", "torchtitan") for x in _layouts(f)]  #
 
 
 def _bounds(layout):
-    """(the schedule's makespan: data dependencies alone, and with the step's p2p rules; the data-parallel stream's
-    end; the interference bound), each plus the optimizer, as search.bound and search.slowed_bound take them; and
-    the step model."""
+    """(the real passes' critical path; the schedule's makespan: data dependencies alone, and with the step's p2p
+    rules; the data-parallel stream's end; the interference bound), each plus the optimizer, as search.passes_bound,
+    search.bound and search.slowed_bound take them; and the step model."""
     sim = StepModel(layout, CLUSTER, check_memory=False)
     passes = sim.build_passes()
     search._init(CLUSTER, MODEL, layout.config)  # the pipeline sends' times alone (search.send_bound), cached there
@@ -49,7 +49,8 @@ def _bounds(layout):
     span = makespan(timeline(*timed_schedule(layout, passes), comm=comm, placement=layout.placement))
     spans = search.pipeline_bound(layout, passes, comm)  # p2p_timeline.py
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
-    return SimpleNamespace(span=span + optimizer, p2p=max(e for mine in spans for _s, e in mine) + optimizer,
+    seconds = search._pass_seconds(sim, real=True)  # the passes grade: the critical path of the real passes
+    return SimpleNamespace(passes=search.compute_bound(layout, seconds, optimizer), span=span + optimizer, p2p=max(e for mine in spans for _s, e in mine) + optimizer,
                            ready=stream_bound(layout, passes, CLUSTER, {}, spans) + optimizer,
                            slowed=interference_bound(layout, passes, CLUSTER, {}, comm) + optimizer, sim=sim)
 
@@ -61,6 +62,8 @@ def test_the_bounds_never_exceed_the_simulated_step(layout):
     b = _bounds(layout)
     step = b.sim.run().step_time
     assert b.span <= b.p2p <= step and b.ready <= step and b.slowed <= step, layout.describe()
+    if not search._has_pairs(layout):
+        assert b.passes <= b.span * (1 + 1e-9), layout.describe()
 
 
 def test_blocking_sends_and_their_rendezvous_raise_the_makespan():

@@ -260,14 +260,20 @@ class TemplateCache:
         self._runners: dict = {}
         self._done: dict = {}
 
-    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str, experts=None):
-        """The template of program `name`; experts: the stage's EP and ETP groups (MoE layers)."""
+    def site(self, stage: np.ndarray, experts=None) -> tuple:
+        """Where a stage's ranks (and its expert groups) sit on their nodes: what its templates depend on besides
+        the program, shape and precision."""
         rpn = self.cluster.ranks_per_node
         local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
         if experts:  # where the expert groups sit, relative to the stage's first node
             first = stage.min() // rpn
             local += tuple((a, tuple(map(tuple, (g % rpn).tolist())), tuple(map(tuple, (g // rpn - first).tolist())))
                            for a, g in sorted(experts.items()))
+        return local
+
+    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str, experts=None):
+        """The template of program `name`; experts: the stage's EP and ETP groups (MoE layers)."""
+        local = self.site(stage, experts)
         key = (local, shape, dtype, ideal, cm.key, name)
         if key not in self._done:
             rk = (local, stage.shape, dtype, ideal, cm.key)

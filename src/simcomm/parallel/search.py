@@ -19,7 +19,10 @@ Passes, all deterministic (the result does not depend on the number of workers):
    step time: the schedule's critical path with compute-only passes (the kernels' seconds, no communication),
    max over ranks r of (the first forward and last backward of ranks < r) + (rank r's own passes), plus the
    optimizer. Arithmetic only: no simulation.
-3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its schedule bound,
+3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its passes bound,
+   the same critical path with its real passes (layer templates timed on the simulated cluster, their TP and CP
+   communication included; cached by what they depend on, as the compute bound's), which holds most of the rise
+   to the next grade at a fraction of its cost; a layout with a passes bound gets its schedule bound,
    the makespan of its real passes (layer templates timed on the simulated cluster, their TP and CP communication
    included) walked with the step's point-to-point rules (pipeline_parallel/p2p_timeline.py: blocking sends, the
    rendezvous, each send at least the quickest stage-to-stage send alone), or, where later, the end of the first
@@ -218,21 +221,27 @@ def _kernel_templates(sim: StepModel) -> dict[str, Template]:
     return _STATE["kernels"][key]
 
 
-def _kernel_seconds(sim: StepModel):
-    """seconds(rank, chunk, phase): a pass's kernels' seconds (no communication), by what they depend on: shared by
-    many layouts."""
+def _pass_seconds(sim: StepModel, real: bool = False):
+    """seconds(rank, chunk, phase): a pass's seconds, by what they depend on (shared by many layouts): its kernels
+    alone (the compute bound's), or (`real`) from its layer templates on the rank's stage, communication and
+    all, as the step builds it."""
     L, cfg = sim.layout, sim.cfg
     cache = _STATE["seconds"]
-    common = (sim.shape, L.moe_layer_shape, sim.cm.key, cfg.recompute_granularity, cfg.recompute_method,
-              cfg.recompute_num_layers)
+    recompute = (cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers)
+    kernels = ("kernels", sim.shape, L.moe_layer_shape, sim.cm.key)
+    ranks: dict = {}  # rank -> (its templates, their key)
 
     def seconds(rank: int, chunk: int, phase: str) -> float:
-        key = (common, phase, L.moe_pattern(rank, chunk), L.has_embedding(rank, chunk),
-               L.has_output(rank, chunk))
-        got = cache.get(key)
+        got = ranks.get(rank)
         if got is None:
-            got = cache[key] = build_pass(L, rank, chunk, phase, _kernel_templates(sim)).duration
-        return got
+            tpls = sim.rank_templates(rank) if real else _kernel_templates(sim)
+            got = ranks[rank] = (tpls, tpls.key if real else kernels)
+        key = (got[1], recompute, phase, L.moe_pattern(rank, chunk), L.has_embedding(rank, chunk),
+               L.has_output(rank, chunk))
+        out = cache.get(key)
+        if out is None:
+            out = cache[key] = build_pass(L, rank, chunk, phase, got[0]).duration
+        return out
     return seconds
 
 
@@ -306,20 +315,42 @@ def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
     key = (sim.shape, sim.cm.key, layout.stage_layers, cfg.recompute_granularity, cfg.recompute_method,
            cfg.recompute_num_layers, layout.dims.ep, layout.dims.etp)  # the experts' grid changes MoE passes
     if _starts_bound(layout):
-        bound_ = compute_bound(layout, _kernel_seconds(sim), optimizer)
+        bound_ = compute_bound(layout, _pass_seconds(sim), optimizer)
     else:
         ranks = _STATE["ranks"].get(key)
         if ranks is None:
-            ranks = _STATE["ranks"][key] = _rank_seconds(layout, _kernel_seconds(sim))
+            ranks = _STATE["ranks"][key] = _rank_seconds(layout, _pass_seconds(sim))
         bound_ = _critical_path(layout.microbatches, ranks) + optimizer
     row.update(bound=bound_ * (1 - 1e-9), bound_kind="compute")  # slack: sums in another order than the templates'
     return row
 
 
+def passes_bound(c: Candidate) -> dict:
+    """The compute bound again, of one candidate that fits, with its real passes (their layer templates: TP and
+    CP communication and what it slows, as the step runs them) instead of their kernels alone: most of the
+    schedule bound's rise above the compute bound, without its point-to-point walk and data-parallel dry run.
+    A schedule with overlapped pairs (whose passes run at the pair's times, not one after another) gets its
+    schedule bound instead."""
+    layout = _layout(c)
+    if _has_pairs(layout):
+        return bound(c)
+    sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
+    optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
+    return {"bound": compute_bound(layout, _pass_seconds(sim, real=True), optimizer) * (1 - 1e-9),
+            "bound_kind": "passes"}
+
+
+def _has_pairs(layout) -> bool:
+    return any(isinstance(a, Overlap) for acts in layout.schedule for a in acts)
+
+
 def bound(c: Candidate) -> dict:
     """The schedule bound of one candidate that fits: the makespan of its real passes with the step's
     point-to-point rules, or the end of a data-parallel stream where that is later, plus the optimizer."""
-    layout, sim, passes, optimizer = _passes(c)
+    return _schedule_bound(*_passes(c))
+
+
+def _schedule_bound(layout, sim, passes: dict, optimizer: float) -> dict:
     spans = pipeline_bound(layout, passes, send_bound(layout, sim))
     ready = stream_bound(layout, passes, _STATE["cluster"], _STATE["collectives"], spans)
     return {"bound": max([ready] + [e for mine in spans for _s, e in mine]) + optimizer, "bound_kind": "schedule"}
@@ -332,7 +363,7 @@ def pipeline_bound(layout, passes: dict, comm: float) -> list[list[tuple[float, 
     cluster, cache = _STATE["cluster"], _STATE["collectives"]
     sched, duration = timed_schedule(layout, passes)
     loss = lambda r: loss_all_reduce(layout, cluster, cache, r)  # noqa: E731
-    if not any(isinstance(a, Overlap) for acts in layout.schedule for a in acts):  # p2p_timeline walks it
+    if not _has_pairs(layout):  # p2p_timeline walks it
         return _p2p_spans(layout, passes, comm, loss, duration)
     times = timeline(sched, duration, comm=comm, placement=layout.placement)
     return [[(t.start, t.end) for t in mine for _x in (t.action.parts if isinstance(t.action, Overlap) else
@@ -551,14 +582,15 @@ def plan(model, base: TrainingConfig, cluster, space: SearchSpace = SearchSpace(
     return PlanResult(rows, len(cands), simulated, proven, own=mine)
 
 
-REFINE = {"compute": bound, "schedule": slowed_bound}  # each grade of lower bound, refined to the next
+REFINE = {"compute": passes_bound, "passes": bound, "schedule": slowed_bound}  # each grade refined to the next
 
 
 def _best_first(rows: list[dict], run, simulate_at_least: int, max_simulate: int) -> tuple[int, bool]:
     """Simulate layouts best first over their lower bounds, `run(fn, indices)` doing the work: a compute bound is
-    refined to a schedule bound, a schedule bound to an interference bound, an interference bound simulated,
-    until the best simulated step is below every bound left (proven) or `max_simulate` ran. Returns (layouts
-    simulated, proven)."""
+    refined to a passes bound, that to a schedule bound, that to an interference bound, an interference bound
+    simulated, until the best simulated step is below every bound left (proven) or `max_simulate` ran. Returns
+    (layouts simulated, proven). The layouts simulated are those of the lowest final bounds (each the highest of
+    its grades) whichever grades there are: a grade only spares work."""
     heap = [(r["bound"], i) for i, r in enumerate(rows) if "bound" in r]
     heapq.heapify(heap)
     simulated = 0

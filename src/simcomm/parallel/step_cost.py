@@ -28,7 +28,7 @@ from ..session import Session
 from .compute_model import ComputeModel
 from .data_parallel.timing import data_parallel_timing
 from .expert_parallel.step_report import expert_groups, moe_breakdown
-from .layer_timing import PROGRAMS, TemplateCache
+from .layer_timing import TemplateCache
 from .model.flops import FORMULAS, recompute_flops_per_token
 from .model.memory import check_fits, stage_memory, stage_parameters
 from .pipeline_parallel.schedules import SCHEDULES
@@ -53,6 +53,40 @@ def optimizer_seconds(layout, rank: int, cm) -> float:
     adam = (28 if cfg.param_bytes < 4 else 24) + (6 if cfg.param_bytes < 4 else 0)
     zeroed = shard if layout.sharding.gradients else n
     return cm.memory(shard * (adam + cfg.grad_bytes) + zeroed * cfg.grad_bytes, "elementwise")
+
+
+class RankTemplates:
+    """One pipeline rank's templates by program name (PROGRAMS; prefixed moe_, an MoE layer's), from the step's
+    TemplateCache on the rank's first data-parallel replica: each timed when first read, so a pass's programs
+    only (a template does not depend on which is timed first)."""
+
+    def __init__(self, step: "StepModel", rank: int):
+        self.step, self.stage = step, step.dims.ranks(pp=rank, dp=0)
+        self.rank = rank
+        self._got: dict = {}
+        self._experts = None
+
+    @property
+    def key(self) -> tuple:
+        """What the rank's templates depend on: where its stage (and expert groups) sit, shapes, precision."""
+        step, cfg = self.step, self.step.cfg
+        cache, moe = step.templates, step.layout.model.is_moe
+        if moe and self._experts is None:
+            self._experts = expert_groups(step.dims, self.rank)
+        return (cache.site(self.stage), cache.site(self.stage, self._experts) if moe else None, step.shape,
+                step.layout.moe_layer_shape, cfg.act_dtype, cfg.ideal_network, step.cm.key)
+
+    def __getitem__(self, name: str):
+        got = self._got.get(name)
+        if got is None:
+            step, cfg = self.step, self.step.cfg
+            moe = name.startswith("moe_")
+            if moe and self._experts is None:
+                self._experts = expert_groups(step.dims, self.rank)
+            got = self._got[name] = step.templates.get(
+                step.cm, self.stage, step.layout.moe_layer_shape if moe else step.shape, cfg.act_dtype,
+                cfg.ideal_network, name[4:] if moe else name, self._experts if moe else None)
+        return got
 
 
 class StepModel:
@@ -87,20 +121,16 @@ class StepModel:
     def build_passes(self) -> dict:
         """(pipeline rank, chunk, 'F' | 'B', and 'I' | 'W' where the schedule splits the backward) -> Pass, from
         the layer templates (timed on the cluster once)."""
-        L, cfg, dims = self.layout, self.cfg, self.dims
+        L, dims = self.layout, self.dims
         split = SCHEDULES[L.schedule_name].splits_backward
-        names = [n for n in PROGRAMS if split or not n.endswith(("_input", "_weight"))]
-        tpls = [{name: self.templates.get(self.cm, dims.ranks(pp=r, dp=0), self.shape, cfg.act_dtype,
-                                          cfg.ideal_network, name) for name in names} for r in range(dims.pp)]
-        if L.model.is_moe:
-            for r in range(dims.pp):
-                stage, experts = dims.ranks(pp=r, dp=0), expert_groups(dims, r)
-                tpls[r].update({"moe_" + name: self.templates.get(self.cm, stage, L.moe_layer_shape, cfg.act_dtype,
-                                                                  cfg.ideal_network, name, experts)
-                                for name in names if name.startswith("layer.")})
+        tpls = [self.rank_templates(r) for r in range(dims.pp)]
         self.passes = {(r, c, ph): build_pass(L, r, c, ph, tpls[r]) for r in range(dims.pp)
                        for c in range(L.chunks) for ph in ("FBIW" if split else "FB")}
         return self.passes
+
+    def rank_templates(self, rank: int) -> "RankTemplates":
+        """Pipeline rank `rank`'s layer templates by program name, each timed when a pass first reads it."""
+        return RankTemplates(self, rank)
 
     # ---- the step --------------------------------------------------------------------------------------------
     def run(self) -> StepResult:
