@@ -262,22 +262,36 @@ class TemplateCache:
 
     def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str, experts=None):
         """The template of program `name`; experts: the stage's EP and ETP groups (MoE layers)."""
+        return self.stage(cm, stage, shape, dtype, ideal, [name], experts)[name]
+
+    def stage(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, names, experts=None) \
+            -> dict[str, Template]:
+        """The templates of programs `names` on one stage (as `get`'s), by name."""
         rpn = self.cluster.ranks_per_node
         local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
         if experts:  # where the expert groups sit, relative to the stage's first node
             first = stage.min() // rpn
             local += tuple((a, tuple(map(tuple, (g % rpn).tolist())), tuple(map(tuple, (g // rpn - first).tolist())))
                            for a, g in sorted(experts.items()))
-        key = (local, shape, dtype, ideal, cm.key, name)
-        if key not in self._done:
-            rk = (local, stage.shape, dtype, ideal, cm.key)
-            runner = self._runners.get(rk)
-            if runner is None:
-                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal, experts,
-                                                                self.interference)
-            program = PROGRAMS[name](shape)
-            self._done[key] = runner.run(name, program, shape.tp_comm_overlap)
-        return self._done[key]
+        out = {}
+        for name in names:
+            key = (local, shape, dtype, ideal, cm.key, name)
+            got = self._done.get(key)
+            if got is None:
+                twin = TWINS[name]  # the same program under another name: its simulation, renamed
+                got = self._done[key] = self._run(local, cm, stage, shape, dtype, ideal, name, experts) \
+                    if twin == name else replace(self.stage(cm, stage, shape, dtype, ideal, [twin], experts)[twin],
+                                                 name=name)
+            out[name] = got
+        return out
+
+    def _run(self, local, cm, stage, shape, dtype: str, ideal: bool, name: str, experts) -> Template:
+        rk = (local, stage.shape, dtype, ideal, cm.key)
+        runner = self._runners.get(rk)
+        if runner is None:
+            runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal, experts,
+                                                        self.interference)
+        return runner.run(name, PROGRAMS[name](shape), shape.tp_comm_overlap)
 
 
 PROGRAMS = {"layer.forward": ops.layer_forward, "layer.backward": ops.layer_backward,
@@ -287,3 +301,5 @@ PROGRAMS = {"layer.forward": ops.layer_forward, "layer.backward": ops.layer_back
             **{f"{unit}.backward_{part}": partial(program, part=part)  # the backward split (zero-bubble I and W)
                for unit, program in (("layer", ops.layer_backward), ("embedding", ops.embedding_backward),
                                      ("output", ops.output_backward)) for part in ("input", "weight")}}
+# a recomputation is the forward again: one simulation per program, whatever its name
+TWINS = {name: next(n for n in PROGRAMS if PROGRAMS[n] is program) for name, program in PROGRAMS.items()}

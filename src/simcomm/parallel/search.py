@@ -38,6 +38,7 @@ Workers (local processes, or Ray's: workers.RayPool) keep their layer templates 
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import os
@@ -331,7 +332,7 @@ def pipeline_bound(layout, passes: dict, comm: float) -> list[list[tuple[float, 
     overlapped pairs (timed_schedule; a pair's passes both at the pair's times) for the schedules that have them."""
     cluster, cache = _STATE["cluster"], _STATE["collectives"]
     sched, duration = timed_schedule(layout, passes)
-    loss = lambda r: loss_all_reduce(layout, cluster, cache, r)  # noqa: E731
+    loss = functools.cache(lambda r: loss_all_reduce(layout, cluster, cache, r))  # asked after every last forward
     if not any(isinstance(a, Overlap) for acts in layout.schedule for a in acts):  # p2p_timeline walks it
         return _p2p_spans(layout, passes, comm, loss, duration)
     times = timeline(sched, duration, comm=comm, placement=layout.placement)
