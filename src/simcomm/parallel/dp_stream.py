@@ -78,7 +78,8 @@ def dry_run(layout, passes: dict, ranks, starts: list[list[float]] | None = None
             ends: list[float] | None = None) -> tuple[DryRun, dict[int, dict], dict[int, list]]:
     """The data-parallel policy's collectives before the optimizer (in the DryRun) on pipeline ranks `ranks` (the
     policy keeps each rank's state apart), its hooks called as the stages call them, each pass at
-    `starts[rank][i]` (the i-th of the rank's computations; 0 when not given) and the stage's end at `ends[rank]`;
+    `starts[rank][i]` (the i-th of the rank's computations; 0 when not given) and the stage's end at `ends[rank]`
+    (lists or dicts by rank);
     per pipeline rank the passes its compute stream runs, {(id of the pass, whether the policy cut it inside a
     part): [the pass, how many times]}; and per pipeline rank what the policy's end waits for (the stream's
     collectives it counted, by index)."""
@@ -88,24 +89,30 @@ def dry_run(layout, passes: dict, ranks, starts: list[list[float]] | None = None
     dp.start()
     ran: dict[int, dict] = {}
     waited: dict[int, list] = {}
+    after_part = dp.after_part if dp.acts_after_parts else None
     for r in ranks:
         actions = list(computations(layout.schedule[r]))
         last = {a.chunk: i for i, a in enumerate(actions) if a.phase in WEIGHT_GRADIENT}
+        at = starts[r] if starts else [0.0] * len(actions)
         mine: dict = {}
         for i, a in enumerate(actions):
             p = passes[(r, a.chunk, a.phase)]
-            clock.now = starts[r][i] if starts else 0.0
+            clock.now = at[i]
             if a.phase in WEIGHT_GRADIENT:
                 dp.on_backward(r, a, p, i == last[a.chunk])
             cut = dp.before_pass(r, a, p)
-            for x in sorted(cut):
+            for x in sorted(cut) if cut else ():
                 if callable(cut[x]):
                     cut[x]()
-            if dp.acts_after_parts:
+            if after_part is not None:
                 for part in p.parts:
-                    dp.after_part(r, a, part, clock.now + part.offset + part.template.duration if starts else 0.0)
-            key = (id(p), any(x != math.floor(x) for x in cut))
-            mine.setdefault(key, [p, 0])[1] += 1
+                    after_part(r, a, part, clock.now + part.offset + part.template.duration if starts else 0.0)
+            key = (id(p), bool(cut) and any(x != math.floor(x) for x in cut))
+            got = mine.get(key)
+            if got is None:
+                mine[key] = [p, 1]
+            else:
+                got[1] += 1
         clock.now = ends[r] if ends else 0.0
         waited[r] = [op for op in dp.end(r) if op is not None]
         ran[r] = mine
@@ -133,21 +140,23 @@ def stream_bound(layout, passes: dict, cluster, alone: dict, spans: list[list[tu
     if layout.config.ideal_network:
         return 0.0
     ranks = sorted({0, layout.dims.pp - 1})  # the ranks the interference bound times alone too (the same cache)
-    starts = [[s for s, _e in mine] for mine in spans]
-    run, _ran, waited = dry_run(layout, passes, ranks, starts, [max((e for _s, e in mine), default=0.0)
-                                                                for mine in spans])
+    starts = {r: [s for s, _e in spans[r]] for r in ranks}
+    run, _ran, waited = dry_run(layout, passes, ranks, starts, {r: max((e for _s, e in spans[r]), default=0.0)
+                                                                for r in ranks})
     out = 0.0
     seconds: dict = {}
     for r in ranks:
-        end, ends = 0.0, []
-        for what, released in zip(run.whats[r], run.released[r]):
+        if not waited[r]:
+            continue
+        # the stream's ends only grow: the last collective waited for ends last, and none after it counts
+        n, end = max(waited[r]) + 1, 0.0
+        for what, released in zip(run.whats[r][:n], run.released[r][:n]):
             t = seconds.get(what)
             if t is None:
                 kind, group, size, dtype = what
                 t = seconds[what] = collective_alone(cluster, alone, kind, run.groups[group], size, dtype)[0]
             end = max(end, released) + t
-            ends.append(end)
-        out = max([out] + [ends[i] * (1 - SLACK) for i in waited[r]])
+        out = max(out, end * (1 - SLACK))
     return out
 
 
