@@ -187,8 +187,18 @@ class TemplateRunner:
             return tpl  # nothing ran beside anything: the same without sharing
         # The kernels' time alone is the pass's forward/backward; what sharing added to them is interference; the
         # communication exposed is what the kernels waited for as they ran (what a profiler shows).
-        alone = self._run(name, steps, userbuffers, False)
-        return replace(tpl, compute=alone.compute, interference=tpl.compute - alone.compute)
+        alone = self._kernels_alone(steps)
+        return replace(tpl, compute=alone, interference=tpl.compute - alone)
+
+    def _kernels_alone(self, steps: list[LayerStep]) -> float:
+        """The compute stream's busy seconds of `steps` run without sharing (what _run adds up then: each step's
+        kernels back to back, their seconds alone), without running them."""
+        busy = 0.0
+        for st in steps:
+            secs = [self.cm.kernel(k) for k in st.compute]
+            if secs:
+                busy += sum(secs)
+        return busy
 
     def _run(self, name: str, steps: list[LayerStep], userbuffers: bool, interference: bool | None) -> Template:
         # A fresh simulation from time 0 for every program: its times then do not depend on what ran before
