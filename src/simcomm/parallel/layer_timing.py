@@ -9,9 +9,9 @@ it left exposed (per axis) and every segment's offsets, for the step to replay a
 Compute and communication share the GPU (engine/sharing.py): a kernel beside a TP collective slows as its shape
 says, and the collective's copies slow beside it. With `tp_comm_overlap` the overlapped TP communication is
 Transformer Engine's userbuffers, which hold their own SMs (USERBUFFERS_SMS). A template then also says how much
-longer the program took than it would have without that sharing (`interference`, from a second run without it),
-and what its time is made of (`mix`: kernels and idle waits), so communication beside a replayed layer slows it
-as its kernels would.
+longer its kernels took than without that sharing (`interference`: beyond their seconds alone, which a run without
+sharing adds up), and what its time is made of (`mix`: kernels and idle waits), so communication beside a replayed
+layer slows it as its kernels would.
 
 Replaying is exact when the groups' links carry nothing else while the layer runs, which holds when TP and CP
 stay inside a node and DP and PP traffic leaves it (step_cost.py checks the links and says when it does not);
@@ -272,10 +272,10 @@ class TemplateCache:
 
     def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str, experts=None):
         """The template of program `name`; experts: the stage's EP and ETP groups (MoE layers)."""
-        return self.stage(cm, stage, shape, dtype, ideal, [name], experts)[name]
+        return self.on_stage(cm, stage, shape, dtype, ideal, [name], experts)[name]
 
-    def stage(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, names, experts=None) \
-            -> dict[str, Template]:
+    def on_stage(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, names,
+                 experts=None) -> dict[str, Template]:
         """The templates of programs `names` on one stage (as `get`'s), by name."""
         rpn = self.cluster.ranks_per_node
         local = (tuple((stage % rpn).reshape(-1).tolist()), tuple((stage // rpn - stage.min() // rpn).reshape(-1)))
@@ -289,9 +289,9 @@ class TemplateCache:
             got = self._done.get(key)
             if got is None:
                 twin = TWINS[name]  # the same program under another name: its simulation, renamed
-                got = self._done[key] = self._run(local, cm, stage, shape, dtype, ideal, name, experts) \
-                    if twin == name else replace(self.stage(cm, stage, shape, dtype, ideal, [twin], experts)[twin],
-                                                 name=name)
+                got = self._run(local, cm, stage, shape, dtype, ideal, name, experts) if twin == name else \
+                    replace(self.on_stage(cm, stage, shape, dtype, ideal, [twin], experts)[twin], name=name)
+                self._done[key] = got
             out[name] = got
         return out
 

@@ -90,12 +90,12 @@ class StepModel:
         L, cfg, dims = self.layout, self.cfg, self.dims
         split = SCHEDULES[L.schedule_name].splits_backward
         names = [n for n in PROGRAMS if split or not n.endswith(("_input", "_weight"))]
-        tpls = [self.templates.stage(self.cm, dims.ranks(pp=r, dp=0), self.shape, cfg.act_dtype, cfg.ideal_network,
+        tpls = [self.templates.on_stage(self.cm, dims.ranks(pp=r, dp=0), self.shape, cfg.act_dtype, cfg.ideal_network,
                                      names) for r in range(dims.pp)]
         if L.model.is_moe:
             for r in range(dims.pp):
                 stage, experts = dims.ranks(pp=r, dp=0), expert_groups(dims, r)
-                moe = self.templates.stage(self.cm, stage, L.moe_layer_shape, cfg.act_dtype, cfg.ideal_network,
+                moe = self.templates.on_stage(self.cm, stage, L.moe_layer_shape, cfg.act_dtype, cfg.ideal_network,
                                            [name for name in names if name.startswith("layer.")], experts)
                 tpls[r].update({"moe_" + name: tpl for name, tpl in moe.items()})
         self.passes = {(r, c, ph): build_pass(L, r, c, ph, tpls[r]) for r in range(dims.pp)

@@ -79,7 +79,7 @@ class DataParallelTiming:
                         for r in range(pp) for c in range(layout.chunks)}  # from the pass that makes the gradients
         self.last = [[None] * len(representatives) for _ in range(pp)]  # the last op on each stream
         self.pending = [[] for _ in range(pp)]  # reductions the stage waits for before the optimizer
-        self._bucket_kept: dict = {}
+        self._bucket_kept: dict = {}  # _bucket_calls' lists, by what they are of
 
     # ---- the hooks -----------------------------------------------------------------------------------------
     def start(self) -> None:
