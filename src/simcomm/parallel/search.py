@@ -101,16 +101,16 @@ class Candidate:
     etp: int | None = None  # None: tp
 
     def config(self, base: TrainingConfig) -> TrainingConfig:
-        return replace(base, tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
-                       context_parallel_size=self.cp, micro_batch_size=self.mbs, sequence_parallel=self.tp > 1,
-                       pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
-                       num_layers_per_virtual_pipeline_stage=None,
-                       virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
-                       zero_stage=self.zero, data_parallel_sharding_strategy=None,
-                       use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
-                       overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
-                       recompute_method="uniform", recompute_num_layers=None,
-                       expert_model_parallel_size=self.ep, expert_tensor_parallel_size=self.etp)
+        return base.replace(tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
+                            context_parallel_size=self.cp, micro_batch_size=self.mbs, sequence_parallel=self.tp > 1,
+                            pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
+                            num_layers_per_virtual_pipeline_stage=None,
+                            virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
+                            zero_stage=self.zero, data_parallel_sharding_strategy=None,
+                            use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
+                            overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
+                            recompute_method="uniform", recompute_num_layers=None,
+                            expert_model_parallel_size=self.ep, expert_tensor_parallel_size=self.etp)
 
     @classmethod
     def of(cls, layout) -> "Candidate":
