@@ -1,6 +1,6 @@
 """A pipeline schedule under its data dependencies: the checks that it is well formed and cannot deadlock, its
 makespan, bubble and activation memory. The same checks guard numeric training and the step model (layout.py
-builds every schedule through `check`).
+checks the schedule of every layout built to run; the plan's screening reads only their memory, unchecked).
 
 - `check`: each (micro-batch, chunk) a rank runs has a forward and then either a B or an I followed by a W, each
   once; a micro-batch that enters a chunk goes through every stage of its path; and between each pair of ranks the
