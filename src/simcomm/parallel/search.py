@@ -102,16 +102,16 @@ class Candidate:
     etp: int | None = None  # None: tp
 
     def config(self, base: TrainingConfig) -> TrainingConfig:
-        return replace(base, tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
-                       context_parallel_size=self.cp, micro_batch_size=self.mbs, sequence_parallel=self.tp > 1,
-                       pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
-                       num_layers_per_virtual_pipeline_stage=None,
-                       virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
-                       zero_stage=self.zero, data_parallel_sharding_strategy=None,
-                       use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
-                       overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
-                       recompute_method="uniform", recompute_num_layers=None,
-                       expert_model_parallel_size=self.ep, expert_tensor_parallel_size=self.etp)
+        return base.replace(tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
+                            context_parallel_size=self.cp, micro_batch_size=self.mbs, sequence_parallel=self.tp > 1,
+                            pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
+                            num_layers_per_virtual_pipeline_stage=None,
+                            virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
+                            zero_stage=self.zero, data_parallel_sharding_strategy=None,
+                            use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
+                            overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
+                            recompute_method="uniform", recompute_num_layers=None,
+                            expert_model_parallel_size=self.ep, expert_tensor_parallel_size=self.etp)
 
     @classmethod
     def of(cls, layout) -> "Candidate":
@@ -190,10 +190,10 @@ def _init(cluster, model, base) -> None:
                   ranks={}, alone=None, collectives={}, sends={}, timelines={})
 
 
-def _layout(c: Candidate | TrainingConfig):
+def _layout(c: Candidate | TrainingConfig, check_schedule: bool = True):
     model = _STATE["model"]
     cfg = c if isinstance(c, TrainingConfig) else c.config(_STATE["base"])
-    return build_layout(model, cfg, _STATE["cluster"].num_ranks)
+    return build_layout(model, cfg, _STATE["cluster"].num_ranks, check_schedule)
 
 
 def schedule_key(c: Candidate) -> tuple:
@@ -289,8 +289,8 @@ def screen(c: Candidate) -> dict:
 
 def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
     cluster = _STATE["cluster"]
-    try:
-        layout = _layout(c)
+    try:  # memory and the compute bound read the schedule's shape; bound() and simulate() check what they run
+        layout = _layout(c, check_schedule=False)
     except (LayoutError, SimcommError) as exc:
         return {**row, "error": str(exc)}
     cap = cluster.device.memory_capacity
