@@ -3,15 +3,17 @@ split, bucket sizes; every refusal names its field; numeric training and the ste
 import pytest
 
 import simcomm
+import simcomm.parallel.layout as layout_module
 from simcomm.hardware import build_cluster
 from simcomm.parallel import ConfigError, LayoutError, StepModel, TrainingConfig, build_layout, model_preset
 from simcomm.parallel.model.config import TransformerConfig
 from simcomm.parallel.numeric_training import train
+from simcomm.parallel.pipeline_parallel.actions import Action
 
 
-def layout(model="llama3-8b", world=64, **kw):
+def layout(model="llama3-8b", world=64, check_schedule=True, **kw):
     kw.setdefault("global_batch_size", 64)
-    return build_layout(model_preset(model), TrainingConfig(**kw), world)
+    return build_layout(model_preset(model), TrainingConfig(**kw), world, check_schedule)
 
 
 def test_microbatches_and_dp():
@@ -88,6 +90,20 @@ def test_interleaved_needs_a_full_last_group():
     with pytest.raises(LayoutError, match="would deadlock"):
         layout(global_batch_size=6, pipeline_model_parallel_size=4, num_layers_per_virtual_pipeline_stage=4,
                world_size=4)
+
+
+def test_a_layout_that_runs_has_its_schedule_checked_one_read_for_memory_need_not(monkeypatch):
+    """The plan screens thousands of layouts for memory without checking their schedules; one built to run checks
+    it, even after a memory-only build of the same schedule."""
+    swapped = [[Action("F", 1), Action("F", 0), Action("B", 0), Action("B", 1)],
+               [Action("F", 0), Action("B", 0), Action("F", 1), Action("B", 1)]]  # rank 0 sends F1 first
+    monkeypatch.setattr(layout_module, "_built", lambda *key: swapped)
+    monkeypatch.setattr(layout_module, "_CHECKED", set())
+    kw = dict(pipeline_model_parallel_size=2, world_size=2, global_batch_size=2)
+    assert layout(**kw, check_schedule=False).schedule is swapped
+    with pytest.raises(ConfigError, match="rank 0 sends the activations of micro-batches 1, 0 to rank 1") as exc:
+        layout(**kw)
+    assert exc.value.field == "global_batch_size"
 
 
 def test_embedding_and_loss_count_as_layers_like_llama3():

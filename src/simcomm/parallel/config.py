@@ -190,11 +190,15 @@ class TrainingConfig:
                                      "TP (false: one 4-byte all-reduce over a replica)")
 
     def __post_init__(self):
+        self._validate(_CHECKS)
+
+    def _validate(self, checks) -> None:
+        """Check the fields of `checks` ((name, check) pairs, in field order) and the rules across fields."""
         for name in ("moe_expert_load", "recompute_modules"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         self._check_recompute_modules()
-        for name, check in _CHECKS:
+        for name, check in checks:
             check(getattr(self, name))
         if self.moe_expert_load is not None and self.moe_routing_skew:
             raise ConfigError("give moe_expert_load or moe_routing_skew, not both", "moe_routing_skew")
@@ -323,7 +327,16 @@ class TrainingConfig:
                      weight_decay=self.weight_decay)
 
     def replace(self, **changes) -> "TrainingConfig":
-        return dataclasses.replace(self, **changes)
+        """dataclasses.replace(self, **changes), checking only the changed fields' values (the others were
+        checked when this config was made) and every rule across fields: a layout search makes thousands."""
+        unknown = changes.keys() - FIELDS.keys()
+        if unknown:
+            raise TypeError(f"TrainingConfig has no field {', '.join(sorted(unknown))}")
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        new._validate([(name, check) for name, check in _CHECKS if name in changes])
+        return new
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig)}

@@ -13,6 +13,7 @@ at those lower bounds; and the stage is ready for the optimizer only once what t
 from __future__ import annotations
 
 import math
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -28,10 +29,6 @@ class _At(float):
     """The dry run's sim.at(t): the time a collective is issued after, no sooner."""
 
 
-class _Issued(int):
-    """A collective the dry run counted: its index on its stage's stream."""
-
-
 class DryRun:
     """Stands in for the step's Traffic and clock: the data-parallel policy's collectives, counted, not run. Its
     groups are the first representative's, on which the first GPU of each stage is (data_parallel/timing.py);
@@ -39,36 +36,50 @@ class DryRun:
 
     def __init__(self, pp: int):
         self.s = SimpleNamespace(sim=SimpleNamespace(now=0.0, at=_At))
-        self.issued: list[dict] = [{} for _ in range(pp)]  # per pipeline rank: {(kind, group, bytes, dtype): count}
-        self.stream: list[list] = [[] for _ in range(pp)]  # per pipeline rank: ((kind, ...), released), in order
-        self.groups: dict[bytes, np.ndarray] = {}  # a group's ranks by their bytes (its key in `issued`)
-        self._keys: dict = {}  # id of a group the policy issues on (it keeps them throughout) -> its key
+        # per pipeline rank, in order: the collectives ((kind, group's key, bytes, dtype), one object per value:
+        # the dry run of a long step issues hundreds of thousands) and the times they are released
+        self.whats: list[list[tuple]] = [[] for _ in range(pp)]
+        self.released: list[list[float]] = [[] for _ in range(pp)]
+        self.groups: dict[bytes, np.ndarray] = {}  # a group's ranks by their bytes (its key in `whats`)
+        self._keys: dict = {}  # id of a group the policy issues on (it keeps them throughout) -> its key or None
+        self._whats: dict = {}  # each distinct collective, its one tuple
+
+    @property
+    def issued(self) -> list[dict]:
+        """Per pipeline rank: {(kind, group, bytes, dtype): count}, in the order first issued."""
+        return [Counter(mine) for mine in self.whats]
 
     def collective(self, kind: str, ranks, size: float, dtype: str, *, after=(), tags=None):
-        got = self._keys.get(id(ranks))
-        if got is None:
-            group = np.asarray(ranks, dtype=np.int64)
-            got = self._keys[id(ranks)] = (group.tobytes(), len(group))
-            self.groups[got[0]] = group
-        if got[1] < 2 or int(size) <= 0:
+        key = self._keys.get(id(ranks), False)
+        if key is False:
+            key = self._key(ranks)
+        n = int(size)
+        if key is None or n <= 0:
             return None
-        stage = tags["stage"]
-        mine, what = self.issued[stage], (kind, got[0], int(size), dtype)
-        mine[what] = mine.get(what, 0) + 1
         released = self.s.sim.now
         for t in after:
-            if isinstance(t, _At) and t > released:
+            if type(t) is _At and t > released:
                 released = t
-        stream = self.stream[stage]
-        stream.append((what, released))
-        return _Issued(len(stream) - 1)
+        what, stage = (kind, key, n, dtype), tags["stage"]
+        whats = self.whats[stage]
+        whats.append(self._whats.setdefault(what, what))
+        self.released[stage].append(float(released))  # a plain float: the garbage collector need not track it
+        return len(whats) - 1  # the collective's index on its stage's stream
+
+    def _key(self, ranks) -> bytes | None:
+        group = np.asarray(ranks, dtype=np.int64)
+        key = self._keys[id(ranks)] = group.tobytes() if len(group) > 1 else None
+        if key is not None:
+            self.groups[key] = group
+        return key
 
 
 def dry_run(layout, passes: dict, ranks, starts: list[list[float]] | None = None,
             ends: list[float] | None = None) -> tuple[DryRun, dict[int, dict], dict[int, list]]:
     """The data-parallel policy's collectives before the optimizer (in the DryRun) on pipeline ranks `ranks` (the
     policy keeps each rank's state apart), its hooks called as the stages call them, each pass at
-    `starts[rank][i]` (the i-th of the rank's computations; 0 when not given) and the stage's end at `ends[rank]`;
+    `starts[rank][i]` (the i-th of the rank's computations; 0 when not given) and the stage's end at `ends[rank]`
+    (lists or dicts by rank);
     per pipeline rank the passes its compute stream runs, {(id of the pass, whether the policy cut it inside a
     part): [the pass, how many times]}; and per pipeline rank what the policy's end waits for (the stream's
     collectives it counted, by index)."""
@@ -78,26 +89,32 @@ def dry_run(layout, passes: dict, ranks, starts: list[list[float]] | None = None
     dp.start()
     ran: dict[int, dict] = {}
     waited: dict[int, list] = {}
+    after_part = dp.after_part if dp.acts_after_parts else None
     for r in ranks:
         actions = list(computations(layout.schedule[r]))
         last = {a.chunk: i for i, a in enumerate(actions) if a.phase in WEIGHT_GRADIENT}
+        at = starts[r] if starts else [0.0] * len(actions)
         mine: dict = {}
         for i, a in enumerate(actions):
             p = passes[(r, a.chunk, a.phase)]
-            clock.now = starts[r][i] if starts else 0.0
+            clock.now = at[i]
             if a.phase in WEIGHT_GRADIENT:
                 dp.on_backward(r, a, p, i == last[a.chunk])
             cut = dp.before_pass(r, a, p)
-            for x in sorted(cut):
+            for x in sorted(cut) if cut else ():
                 if callable(cut[x]):
                     cut[x]()
-            if dp.acts_after_parts:
+            if after_part is not None:
                 for part in p.parts:
-                    dp.after_part(r, a, part, clock.now + part.offset + part.template.duration if starts else 0.0)
-            key = (id(p), any(x != math.floor(x) for x in cut))
-            mine.setdefault(key, [p, 0])[1] += 1
+                    after_part(r, a, part, clock.now + part.offset + part.template.duration if starts else 0.0)
+            key = (id(p), bool(cut) and any(x != math.floor(x) for x in cut))
+            got = mine.get(key)
+            if got is None:
+                mine[key] = [p, 1]
+            else:
+                got[1] += 1
         clock.now = ends[r] if ends else 0.0
-        waited[r] = [op for op in dp.end(r) if isinstance(op, _Issued)]
+        waited[r] = [op for op in dp.end(r) if op is not None]
         ran[r] = mine
     return run, ran, waited
 
@@ -123,21 +140,23 @@ def stream_bound(layout, passes: dict, cluster, alone: dict, spans: list[list[tu
     if layout.config.ideal_network:
         return 0.0
     ranks = sorted({0, layout.dims.pp - 1})  # the ranks the interference bound times alone too (the same cache)
-    starts = [[s for s, _e in mine] for mine in spans]
-    run, _ran, waited = dry_run(layout, passes, ranks, starts, [max((e for _s, e in mine), default=0.0)
-                                                                for mine in spans])
+    starts = {r: [s for s, _e in spans[r]] for r in ranks}
+    run, _ran, waited = dry_run(layout, passes, ranks, starts, {r: max((e for _s, e in spans[r]), default=0.0)
+                                                                for r in ranks})
     out = 0.0
     seconds: dict = {}
     for r in ranks:
-        end, ends = 0.0, []
-        for what, released in run.stream[r]:
+        if not waited[r]:
+            continue
+        # the stream's ends only grow: the last collective waited for ends last, and none after it counts
+        n, end = max(waited[r]) + 1, 0.0
+        for what, released in zip(run.whats[r][:n], run.released[r][:n]):
             t = seconds.get(what)
             if t is None:
                 kind, group, size, dtype = what
                 t = seconds[what] = collective_alone(cluster, alone, kind, run.groups[group], size, dtype)[0]
             end = max(end, released) + t
-            ends.append(end)
-        out = max([out] + [ends[i] * (1 - SLACK) for i in waited[r]])
+        out = max(out, end * (1 - SLACK))
     return out
 
 

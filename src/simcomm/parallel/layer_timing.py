@@ -9,9 +9,9 @@ it left exposed (per axis) and every segment's offsets, for the step to replay a
 Compute and communication share the GPU (engine/sharing.py): a kernel beside a TP collective slows as its shape
 says, and the collective's copies slow beside it. With `tp_comm_overlap` the overlapped TP communication is
 Transformer Engine's userbuffers, which hold their own SMs (USERBUFFERS_SMS). A template then also says how much
-longer the program took than it would have without that sharing (`interference`, from a second run without it),
-and what its time is made of (`mix`: kernels and idle waits), so communication beside a replayed layer slows it
-as its kernels would.
+longer its kernels took than without that sharing (`interference`: beyond their seconds alone, which a run without
+sharing adds up), and what its time is made of (`mix`: kernels and idle waits), so communication beside a replayed
+layer slows it as its kernels would.
 
 Replaying is exact when the groups' links carry nothing else while the layer runs, which holds when TP and CP
 stay inside a node and DP and PP traffic leaves it (step_cost.py checks the links and says when it does not);
@@ -187,8 +187,18 @@ class TemplateRunner:
             return tpl  # nothing ran beside anything: the same without sharing
         # The kernels' time alone is the pass's forward/backward; what sharing added to them is interference; the
         # communication exposed is what the kernels waited for as they ran (what a profiler shows).
-        alone = self._run(name, steps, userbuffers, False)
-        return replace(tpl, compute=alone.compute, interference=tpl.compute - alone.compute)
+        alone = self._kernels_alone(steps)
+        return replace(tpl, compute=alone, interference=tpl.compute - alone)
+
+    def _kernels_alone(self, steps: list[LayerStep]) -> float:
+        """The compute stream's busy seconds of `steps` run without sharing (what _run adds up then: each step's
+        kernels back to back, their seconds alone), without running them."""
+        busy = 0.0
+        for st in steps:
+            secs = [self.cm.kernel(k) for k in st.compute]
+            if secs:
+                busy += sum(secs)
+        return busy
 
     def _run(self, name: str, steps: list[LayerStep], userbuffers: bool, interference: bool | None) -> Template:
         # A fresh simulation from time 0 for every program: its times then do not depend on what ran before
@@ -271,19 +281,27 @@ class TemplateCache:
                            for a, g in sorted(experts.items()))
         return local
 
-    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str, experts=None):
-        """The template of program `name`; experts: the stage's EP and ETP groups (MoE layers)."""
-        local = self.site(stage, experts)
+    def get(self, cm, stage: np.ndarray, shape: ops.LayerShape, dtype: str, ideal: bool, name: str, experts=None,
+            site: tuple | None = None) -> Template:
+        """The template of program `name`; experts: the stage's EP and ETP groups (MoE layers); `site`: the
+        stage's site(stage, experts), where the caller keeps it."""
+        local = self.site(stage, experts) if site is None else site
         key = (local, shape, dtype, ideal, cm.key, name)
-        if key not in self._done:
-            rk = (local, stage.shape, dtype, ideal, cm.key)
-            runner = self._runners.get(rk)
-            if runner is None:
-                runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal, experts,
-                                                                self.interference)
-            program = PROGRAMS[name](shape)
-            self._done[key] = runner.run(name, program, shape.tp_comm_overlap)
-        return self._done[key]
+        got = self._done.get(key)
+        if got is None:
+            twin = TWINS[name]  # the same program under another name: its simulation, renamed
+            got = self._run(local, cm, stage, shape, dtype, ideal, name, experts) if twin == name else \
+                replace(self.get(cm, stage, shape, dtype, ideal, twin, experts, local), name=name)
+            self._done[key] = got
+        return got
+
+    def _run(self, local, cm, stage, shape, dtype: str, ideal: bool, name: str, experts) -> Template:
+        rk = (local, stage.shape, dtype, ideal, cm.key)
+        runner = self._runners.get(rk)
+        if runner is None:
+            runner = self._runners[rk] = TemplateRunner(self.cluster, cm, stage, dtype, ideal, experts,
+                                                        self.interference)
+        return runner.run(name, PROGRAMS[name](shape), shape.tp_comm_overlap)
 
 
 PROGRAMS = {"layer.forward": ops.layer_forward, "layer.backward": ops.layer_backward,
@@ -293,3 +311,5 @@ PROGRAMS = {"layer.forward": ops.layer_forward, "layer.backward": ops.layer_back
             **{f"{unit}.backward_{part}": partial(program, part=part)  # the backward split (zero-bubble I and W)
                for unit, program in (("layer", ops.layer_backward), ("embedding", ops.embedding_backward),
                                      ("output", ops.output_backward)) for part in ("input", "weight")}}
+# a recomputation is the forward again: one simulation per program, whatever its name
+TWINS = {name: next(n for n in PROGRAMS if PROGRAMS[n] is program) for name, program in PROGRAMS.items()}

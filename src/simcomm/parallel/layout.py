@@ -27,6 +27,7 @@ from .model.config import TransformerConfig
 from .model.flops import expert_params, layer_params_per_gpu
 from .model.layer import LayerShape
 from .model.moe.balance import routing_shares
+from .pipeline_parallel import timeline
 from .pipeline_parallel.actions import Placement
 from .pipeline_parallel.schedules import SCHEDULES
 from .pipeline_parallel.schedules import schedule as make_schedule
@@ -201,8 +202,12 @@ class Layout:
                 f"recompute={c.recompute_granularity or 'none'}{' sp' if c.sp else ''}")
 
 
-def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: int) -> Layout:
-    """Validate `config` against the model and `world_size` ranks (Megatron's rules) and derive the layout."""
+def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: int,
+                 check_schedule: bool = True) -> Layout:
+    """Validate `config` against the model and `world_size` ranks (Megatron's rules) and derive the layout.
+    check_schedule=False leaves its schedule unchecked (timeline.check): only for a layout that is not run, whose
+    schedule is read for its memory alone (the plan's screening of thousands); a run (the step model, numeric
+    training, the plan's bounds) takes a checked one, as a layout built again with the default has."""
     c = config
     tp, pp, cp = c.tensor_model_parallel_size, c.pipeline_model_parallel_size, c.context_parallel_size
     try:
@@ -232,7 +237,7 @@ def build_layout(model: TransformerConfig, config: TrainingConfig, world_size: i
     if c.recompute_granularity == "full" and c.recompute_method == "block" and not c.recompute_num_layers:
         raise ConfigError("recompute_method block needs recompute_num_layers", "recompute_num_layers")
     try:
-        sched = _schedule(name, pp, m, chunks, c.microbatch_group_size_per_vp_stage)
+        sched = _schedule(name, pp, m, chunks, c.microbatch_group_size_per_vp_stage, check_schedule)
     except SimcommError as exc:
         raise ConfigError(str(exc), "global_batch_size") from None
     return Layout(c, model, dims, m, chunks, name, layers, sched)
@@ -355,15 +360,21 @@ def _check_schedule(name: str, pp: int) -> None:
 _CHECKED: set = set()  # the schedules this process has checked (timeline.check): a few hundred small keys
 
 
-@lru_cache(maxsize=32)
-def _schedule(name: str, pp: int, m: int, chunks: int, group_size: int | None):
-    """The schedule's actions per rank; shared by the layouts that have the same one (a layout search builds
-    thousands whose ZeRO stage or recomputation differ), so read-only. One rebuilt after the cache dropped it is
-    not checked again."""
+def _schedule(name: str, pp: int, m: int, chunks: int, group_size: int | None, check: bool):
+    """The schedule's actions per rank, checked (timeline.check) once per process when `check`."""
     key = (name, pp, m, chunks, group_size)
-    sched = make_schedule(*key, checked=key in _CHECKED)
-    _CHECKED.add(key)
+    sched = _built(*key)
+    if check and key not in _CHECKED:
+        timeline.check(sched, SCHEDULES[name].placement(pp, chunks))
+        _CHECKED.add(key)
     return sched
+
+
+@lru_cache(maxsize=32)
+def _built(name: str, pp: int, m: int, chunks: int, group_size: int | None):
+    """A schedule, shared by the layouts that have the same one (a layout search builds thousands whose ZeRO stage
+    or recomputation differ), so read-only."""
+    return make_schedule(name, pp, m, chunks, group_size, check=False)
 
 
 def _assign_layers(model: TransformerConfig, c: TrainingConfig, pp: int, spec):

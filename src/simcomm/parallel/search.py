@@ -41,6 +41,7 @@ Workers (local processes, or Ray's: workers.RayPool) keep their layer templates 
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import os
@@ -104,16 +105,16 @@ class Candidate:
     etp: int | None = None  # None: tp
 
     def config(self, base: TrainingConfig) -> TrainingConfig:
-        return replace(base, tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
-                       context_parallel_size=self.cp, micro_batch_size=self.mbs, sequence_parallel=self.tp > 1,
-                       pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
-                       num_layers_per_virtual_pipeline_stage=None,
-                       virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
-                       zero_stage=self.zero, data_parallel_sharding_strategy=None,
-                       use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
-                       overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
-                       recompute_method="uniform", recompute_num_layers=None,
-                       expert_model_parallel_size=self.ep, expert_tensor_parallel_size=self.etp)
+        return base.replace(tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
+                            context_parallel_size=self.cp, micro_batch_size=self.mbs, sequence_parallel=self.tp > 1,
+                            pipeline_schedule=self.schedule if self.schedule != "interleaved_1f1b" else "auto",
+                            num_layers_per_virtual_pipeline_stage=None,
+                            virtual_pipeline_model_parallel_size=self.v if self.v > 1 else None,
+                            zero_stage=self.zero, data_parallel_sharding_strategy=None,
+                            use_distributed_optimizer=self.zero >= 1, overlap_grad_reduce=True,
+                            overlap_param_gather=self.zero in (1, 2), recompute_granularity=self.recompute,
+                            recompute_method="uniform", recompute_num_layers=None,
+                            expert_model_parallel_size=self.ep, expert_tensor_parallel_size=self.etp)
 
     @classmethod
     def of(cls, layout) -> "Candidate":
@@ -192,10 +193,10 @@ def _init(cluster, model, base) -> None:
                   ranks={}, alone=None, collectives={}, sends={}, timelines={})
 
 
-def _layout(c: Candidate | TrainingConfig):
+def _layout(c: Candidate | TrainingConfig, check_schedule: bool = True):
     model = _STATE["model"]
     cfg = c if isinstance(c, TrainingConfig) else c.config(_STATE["base"])
-    return build_layout(model, cfg, _STATE["cluster"].num_ranks)
+    return build_layout(model, cfg, _STATE["cluster"].num_ranks, check_schedule)
 
 
 def schedule_key(c: Candidate) -> tuple:
@@ -297,8 +298,8 @@ def screen(c: Candidate) -> dict:
 
 def _screen(c: Candidate | TrainingConfig, row: dict) -> dict:
     cluster = _STATE["cluster"]
-    try:
-        layout = _layout(c)
+    try:  # memory and the compute bound read the schedule's shape; bound() and simulate() check what they run
+        layout = _layout(c, check_schedule=False)
     except (LayoutError, SimcommError) as exc:
         return {**row, "error": str(exc)}
     cap = cluster.device.memory_capacity
@@ -330,8 +331,9 @@ def passes_bound(c: Candidate) -> dict:
     CP communication and what it slows, as the step runs them) instead of their kernels alone: most of the
     schedule bound's rise above the compute bound, without its point-to-point walk and data-parallel dry run.
     A schedule with overlapped pairs (whose passes run at the pair's times, not one after another) gets its
-    schedule bound instead."""
-    layout = _layout(c)
+    schedule bound instead. Arithmetic on the schedule's order, as the screening's: its layout is built as
+    the screening's."""
+    layout = _layout(c, check_schedule=False)
     if _has_pairs(layout):
         return bound(c)
     sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
@@ -362,7 +364,7 @@ def pipeline_bound(layout, passes: dict, comm: float) -> list[list[tuple[float, 
     overlapped pairs (timed_schedule; a pair's passes both at the pair's times) for the schedules that have them."""
     cluster, cache = _STATE["cluster"], _STATE["collectives"]
     sched, duration = timed_schedule(layout, passes)
-    loss = lambda r: loss_all_reduce(layout, cluster, cache, r)  # noqa: E731
+    loss = functools.cache(lambda r: loss_all_reduce(layout, cluster, cache, r))  # asked after every last forward
     if not _has_pairs(layout):  # p2p_timeline walks it
         return _p2p_spans(layout, passes, comm, loss, duration)
     times = timeline(sched, duration, comm=comm, placement=layout.placement)

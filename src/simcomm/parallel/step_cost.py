@@ -61,31 +61,35 @@ class RankTemplates:
     only (a template does not depend on which is timed first)."""
 
     def __init__(self, step: "StepModel", rank: int):
-        self.step, self.stage = step, step.dims.ranks(pp=rank, dp=0)
-        self.rank = rank
+        self.step, self.rank = step, rank
+        self.stage = step.dims.ranks(pp=rank, dp=0)
         self._got: dict = {}
-        self._experts = None
+        self._sites: dict = {}  # MoE layer or not -> (where its groups sit: TemplateCache.site, its expert groups)
+
+    def _site(self, moe: bool) -> tuple:
+        got = self._sites.get(moe)
+        if got is None:
+            experts = expert_groups(self.step.dims, self.rank) if moe else None
+            got = self._sites[moe] = (self.step.templates.site(self.stage, experts), experts)
+        return got
 
     @property
     def key(self) -> tuple:
         """What the rank's templates depend on: where its stage (and expert groups) sit, shapes, precision."""
         step, cfg = self.step, self.step.cfg
-        cache, moe = step.templates, step.layout.model.is_moe
-        if moe and self._experts is None:
-            self._experts = expert_groups(step.dims, self.rank)
-        return (cache.site(self.stage), cache.site(self.stage, self._experts) if moe else None, step.shape,
-                step.layout.moe_layer_shape, cfg.act_dtype, cfg.ideal_network, step.cm.key)
+        moe = step.layout.model.is_moe
+        return (self._site(False)[0], self._site(True)[0] if moe else None, step.shape, step.layout.moe_layer_shape,
+                cfg.act_dtype, cfg.ideal_network, step.cm.key)
 
     def __getitem__(self, name: str):
         got = self._got.get(name)
         if got is None:
             step, cfg = self.step, self.step.cfg
             moe = name.startswith("moe_")
-            if moe and self._experts is None:
-                self._experts = expert_groups(step.dims, self.rank)
+            site, experts = self._site(moe)
             got = self._got[name] = step.templates.get(
                 step.cm, self.stage, step.layout.moe_layer_shape if moe else step.shape, cfg.act_dtype,
-                cfg.ideal_network, name[4:] if moe else name, self._experts if moe else None)
+                cfg.ideal_network, name[4:] if moe else name, experts, site)
         return got
 
 

@@ -85,3 +85,26 @@ def test_out_of_memory_names_the_gpu_capacity_and_consumers():
     assert "GPU 0" in msg and "80 GiB" in msg and "H100-SXM5-80GB" in msg and "optimizer state" in msg
     assert info.value.needed > info.value.capacity == 80 * GiB
     assert list(info.value.consumers)[0] == "optimizer_state"  # the largest first
+
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_fp8_activations_do_not_depend_on_the_layout_asked_first(first):
+    """A chunk's activations are cached by what they depend on, FP8 GEMMs included: the same layout with and
+    without fp8_format gets its own bytes, whichever the process asked for first (micro-batch 3: a shape no other
+    test caches)."""
+    model = model_preset("llama3-8b")
+
+    def layout(fp8: bool):
+        return build_layout(model, TrainingConfig(global_batch_size=96, tensor_model_parallel_size=2,
+                                                  pipeline_model_parallel_size=2, sequence_parallel=True,
+                                                  micro_batch_size=3, fp8_format="hybrid" if fp8 else None), 64)
+
+    got = {fp8: mem.stage_memory(layout(fp8), 0, 80e9, fp8).details["activations_per_microbatch"][0]
+           for fp8 in (first, not first)}
+    lay = layout(False)
+    embedding_dropout = lay.layer_shape.sp_tokens * model.hidden_size if model.hidden_dropout > 0 else 0.0
+    for fp8 in (True, False):
+        per_layer = mem.layer_activation_bytes(lay.layer_shape, None, fp8)
+        assert got[fp8] == pytest.approx(len(lay.layers_of(0, 0)) * per_layer + embedding_dropout)
+    assert got[True] < got[False]

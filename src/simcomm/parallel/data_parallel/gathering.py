@@ -29,6 +29,7 @@ it whatever the framework: when parameters move changes time and memory, not val
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from ..model.layer import Linear, Pointwise, decoder_layer
@@ -75,6 +76,7 @@ class Gathering:
         pass (DeepSpeed's reuse distance looks past this one); `last_backward` whether a backward pass is the
         step's last for its chunk (only that one reshards and reduces under torchtitan's PP)."""
         seq = list(uses) + list(following)
+        nxt = _next_uses(seq)
         gathers, frees, now = [], [], set(held)
         for i, u in enumerate(uses):
             if self.persistent(u):
@@ -83,7 +85,7 @@ class Gathering:
                 continue
             gathers.append(u.unit not in now)
             now.add(u.unit)
-            free = not self._keeps(seq, i, last_backward)
+            free = not self._keeps(seq, i, nxt[i], last_backward)
             if free:
                 now.discard(u.unit)
             frees.append(free)
@@ -92,9 +94,9 @@ class Gathering:
     def persistent(self, u: Use) -> bool:
         return u.params < self.persistent_below
 
-    def _keeps(self, seq: list[Use], i: int, last_backward: bool) -> bool:
+    def _keeps(self, seq: list[Use], i: int, nxt: int | None, last_backward: bool) -> bool:
+        """Whether use i keeps its unit gathered after it (`nxt`: the index of the unit's next use in `seq`)."""
         u = seq[i]
-        nxt = next((j for j in range(i + 1, len(seq)) if seq[j].unit == u.unit), None)
         if self.reuse_distance is not None:  # DeepSpeed: by the parameters used before the next use
             if nxt is None:
                 return False
@@ -126,7 +128,7 @@ class Gathering:
             if not gathers[i]:
                 continue
             if self.prefetch_params is None:
-                j = next(x for x in range(i + 1) if steps[x] >= steps[i] - depth)
+                j = bisect_left(steps, steps[i] - depth)  # the first use of the unit `depth` before (steps ascend)
             else:
                 j, ahead = i, 0.0
                 while j > 0 and ahead + (uses[j].params if gathers[j] and j != i else 0.0) < self.prefetch_params:
@@ -157,6 +159,16 @@ class Gathering:
                     live.pop(u.unit, None)
             held = after
         return peak
+
+
+def _next_uses(seq: list[Use]) -> list[int | None]:
+    """For each use, the index of the next use of its unit in `seq` (None: none)."""
+    out: list[int | None] = [None] * len(seq)
+    later: dict = {}
+    for i in range(len(seq) - 1, -1, -1):
+        out[i] = later.get(seq[i].unit)
+        later[seq[i].unit] = i
+    return out
 
 
 def _params(uses: list[Use]) -> dict:

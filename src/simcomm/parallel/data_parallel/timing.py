@@ -79,6 +79,7 @@ class DataParallelTiming:
                         for r in range(pp) for c in range(layout.chunks)}  # from the pass that makes the gradients
         self.last = [[None] * len(representatives) for _ in range(pp)]  # the last op on each stream
         self.pending = [[] for _ in range(pp)]  # reductions the stage waits for before the optimizer
+        self._bucket_kept: dict = {}  # _bucket_calls' lists, by what they are of
 
     # ---- the hooks -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -104,42 +105,58 @@ class DataParallelTiming:
                    experts: bool = False) -> list:
         """`kind` over every data-parallel group of pipeline rank `rank` (experts: every expert-data-parallel
         group), after `after` and the stream's last op."""
-        out = []
+        return self._issue(rank, self._calls(rank, kind, bytes_per_param, params, tags, experts), after)
+
+    def _calls(self, rank: int, kind: str, bytes_per_param: int, params: float, tags, experts: bool) -> list:
+        """What `collective` issues: (index of the group's representative, the collective's arguments, its tags)
+        per group."""
         groups = self.expert_groups[rank] if experts else self.groups[rank]
-        for i, group in enumerate(groups):
-            if experts and len(group) == 1:
-                continue  # one rank holds these experts: nothing to reduce
-            deps = list(after) + ([self.last[rank][i]] if self.last[rank][i] is not None else [])
-            dtype = "float32" if bytes_per_param == 4 else self.cfg.act_dtype
-            op = self.traffic.collective(kind, group, params * bytes_per_param, dtype, after=deps,
-                                         tags={"axis": "edp" if experts else "dp", "stage": rank, **tags})
-            self.last[rank][i] = op
+        dtype = "float32" if bytes_per_param == 4 else self.cfg.act_dtype
+        # one rank holding its experts has nothing to reduce
+        return [(i, (kind, group, params * bytes_per_param, dtype), {"axis": "edp" if experts else "dp",
+                                                                      "stage": rank, **tags})
+                for i, group in enumerate(groups) if not (experts and len(group) == 1)]
+
+    def _issue(self, rank: int, calls: list, after) -> list:
+        """Issue `calls` (_calls') on the rank's streams, each after `after` and its stream's last op."""
+        out, last = [], self.last[rank]
+        for i, args, tags in calls:
+            prev = last[i]
+            op = last[i] = self.traffic.collective(*args, after=[*after, prev] if prev is not None else list(after),
+                                                   tags=tags)
             out.append(op)
         return out
 
-    def _bucket_ops(self, rank: int, kind: str, bytes_per_param: int, b: TimedBucket, after, tags) -> list:
-        """A bucket's collective: its dense parameters over data parallel, its experts' over expert data parallel
-        (Megatron-Core's two gradient buffers)."""
-        out = self.collective(rank, kind, bytes_per_param, b.params - b.expert_params, after, tags) \
-            if b.params > b.expert_params else []
-        if b.expert_params:
-            out += self.collective(rank, kind, bytes_per_param, b.expert_params, after, tags, experts=True)
-        return out
+    def _bucket_calls(self, rank: int, chunk: int, kind: str, bytes_per_param: int, phase: str,
+                      forward: bool = False) -> list:
+        """Per bucket of a chunk, in backward order (or forward), (the bucket, its collectives' calls): its dense
+        parameters over data parallel, its experts' over expert data parallel (Megatron-Core's two gradient
+        buffers); the same for every micro-batch: kept."""
+        key = (rank, chunk, kind, bytes_per_param, phase, forward)
+        got = self._bucket_kept.get(key)
+        if got is None:
+            got = self._bucket_kept[key] = []
+            mine = self.buckets[(rank, chunk)]
+            for k, b in enumerate(reversed(mine) if forward else mine):
+                tags = {"chunk": chunk, "bucket": k, "phase": phase}
+                dense = self._calls(rank, kind, bytes_per_param, b.params - b.expert_params, tags, False) \
+                    if b.params > b.expert_params else []
+                experts = self._calls(rank, kind, bytes_per_param, b.expert_params, tags, True) \
+                    if b.expert_params else []
+                got.append((b, dense + experts))
+        return got
 
     def reduce_buckets(self, rank: int, chunk: int, at=None) -> None:
         """Reduce every bucket of a chunk, bucket k at at(bucket) (a simulated time) or now."""
-        for k, b in enumerate(self.buckets[(rank, chunk)]):
-            after = [self.sim.at(at(b))] if at is not None else []
-            self.pending[rank] += self._bucket_ops(rank, self.gradient_collective, self.cfg.grad_bytes, b, after,
-                                                   {"chunk": chunk, "bucket": k, "phase": "grad_reduce"})
+        pending, at_ = self.pending[rank], self.sim.at
+        for b, calls in self._bucket_calls(rank, chunk, self.gradient_collective, self.cfg.grad_bytes,
+                                           "grad_reduce"):
+            pending += self._issue(rank, calls, [at_(at(b))] if at is not None else [])
 
     def gather_buckets(self, rank: int, chunk: int) -> dict:
         """All-gather every bucket's parameters of a chunk, in forward order: {bucket's layers: its ops}."""
-        out = {}
-        for k, b in enumerate(reversed(self.buckets[(rank, chunk)])):
-            out[b.layers] = self._bucket_ops(rank, "all_gather", self.cfg.param_bytes, b, [],
-                                             {"chunk": chunk, "bucket": k, "phase": "param_gather"})
-        return out
+        calls = self._bucket_calls(rank, chunk, "all_gather", self.cfg.param_bytes, "param_gather", forward=True)
+        return {b.layers: self._issue(rank, mine, []) for b, mine in calls}
 
 
 class DDPTiming(DataParallelTiming):
@@ -223,16 +240,22 @@ class Zero3Timing(DataParallelTiming):
         self.live = [0.0] * self.layout.dims.pp
         self.peak_gathered = 0.0
         self._fractions: dict = {}
+        self._uses: dict = {}
 
     def on_backward(self, rank: int, action, pass_, last: bool) -> None:
         self.last_backward[rank] = last
 
     def uses(self, rank: int, chunk: int, phase: str) -> list:
         """The uses of units in a pass ('F', 'B' or the input gradient's 'I'), in compute order, at their
-        positions."""
-        p = self.passes[(rank, chunk, phase)]
-        return pass_uses(self.g, self.layout, rank, chunk, phase, stage_parameters(self.layout, rank),
-                         lambda i: self._module_fractions(p.parts[i]))
+        positions (the same for every micro-batch: kept)."""
+        key = (rank, chunk, phase)
+        got = self._uses.get(key)
+        if got is None:
+            p = self.passes[key]
+            got = self._uses[key] = pass_uses(self.g, self.layout, rank, chunk, phase,
+                                              stage_parameters(self.layout, rank),
+                                              lambda i: self._module_fractions(p.parts[i]))
+        return got
 
     def _module_fractions(self, part) -> dict | None:
         """Where in a layer's template each module's kernels start (DeepSpeed's hooks fire there)."""
@@ -263,6 +286,7 @@ class Zero3Timing(DataParallelTiming):
                 issue.setdefault(r, []).append(k)
         done: dict[int, list] = {}
         freed = [False] * len(uses)
+        over = [0]  # the uses before this are over (freed where they free): the compute reaches positions in order
         self.pass_of[rank] = (pass_, uses, frees, freed, backward and (last or self.g.sync_each_microbatch))
         at: dict[float, list[int]] = {}
         for k, u in enumerate(uses):
@@ -271,10 +295,11 @@ class Zero3Timing(DataParallelTiming):
         def reach(indices):
             def go():
                 first = indices[0]
-                for k in range(first):  # uses before this position are over: free what they free
+                for k in range(over[0], first):  # uses before this position are over: free what they free
                     if frees[k] and not freed[k]:
                         freed[k] = True
                         self.live[rank] -= uses[k].params
+                over[0] = max(over[0], first)
                 for j in indices:
                     for k in issue.get(j, ()):
                         u = uses[k]

@@ -138,7 +138,7 @@ def _chunk_activations(layout, shape: LayerShape, rank: int, chunk: int) -> floa
     on, as stage_parameters)."""
     cfg = layout.config
     key = (shape, layout.moe_layer_shape, cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers,
-           layout.moe_pattern(rank, chunk), layout.has_embedding(rank, chunk),
+           cfg.fp8_format is not None, layout.moe_pattern(rank, chunk), layout.has_embedding(rank, chunk),
            layout.has_output(rank, chunk))
     return _memo(_ACTIVATIONS, key, lambda: _activations(layout, shape, rank, chunk))
 

@@ -61,7 +61,9 @@ class _Walk:
         plan = rank_plan(self.layout, r)
         actions, receives, outputs, posts = plan.actions, plan.receives, plan.outputs, plan.posts
         defers = self.rendezvous and plan.interleaved and plan.steady and not self.overlap
-        posted, arrived, out, comm = self.posted, self.arrived, self.out[r], self.comm
+        posted, arrived, out, comm, rendezvous = self.posted, self.arrived, self.out[r], self.comm, self.rendezvous
+        ends = any(a.phase == FORWARD and to is None for a, to in zip(actions, outputs))  # a forward ends the model
+        loss = self.loss(r) if ends and self.loss is not None else 0.0  # the loss all-reduce after each such forward
         if not plan.megatron:
             self._post(0.0, *(k for k in receives if k is not None))
         now, deferred = 0.0, []
@@ -74,26 +76,28 @@ class _Walk:
                 now = max(now, arrived[key])
             when, ahead = posts[i]
             if when == "start":
-                self._post(now, *ahead)
+                for k in ahead:
+                    posted.setdefault(k, now)
             start, now = now, now + self.duration(r, a)
             out.append((start, now))
             forward, to = a.phase == FORWARD, outputs[i]
-            if forward and to is None and self.loss is not None:
-                now += self.loss(r)
+            if forward and to is None:
+                now += loss
             if when == "end":
-                self._post(now, *ahead)
+                for k in ahead:
+                    posted.setdefault(k, now)
             sends, deferred = deferred, []
             if to is not None and to[0] == r:  # the V's turn: on this GPU
-                arrived[("F" if forward else "B", a.microbatch, *to)] = now
+                arrived[plan.arrivals[i]] = now
             elif to is not None:
-                sends.append(("F" if forward else "B", a.microbatch, *to))
+                sends.append(plan.arrivals[i])
             if defers and forward and i + 1 < len(actions) and actions[i + 1].phase != FORWARD:
                 deferred, sends = sends, []  # a steady iteration's exchange follows its backward (timing.py)
             through = now
             for k in sends:
-                while self.rendezvous and k not in posted:
+                while rendezvous and k not in posted:
                     yield False
-                arrived[k] = max(now, posted[k] if self.rendezvous else now) + comm
+                arrived[k] = max(now, posted[k] if rendezvous else now) + comm
                 through = max(through, arrived[k])
             if not self.overlap:
                 now = through

@@ -45,7 +45,8 @@ def timed_schedule(layout, passes):
     interleaves one action (a lower bound of its time: overlapped_pair.pair_bound), every other pair its forward,
     then its backward; a pass its duration."""
     sched = [[y for a in acts for y in ((a,) if isinstance(a, Overlap) and interleaves(layout, passes, r, a) else
-                                        computations((a,)))] for r, acts in enumerate(layout.schedule)]
+                                        computations((a,)))]
+             if any(isinstance(a, Overlap) for a in acts) else acts for r, acts in enumerate(layout.schedule)]
 
     def duration(r: int, a) -> float:
         if isinstance(a, Overlap):

@@ -23,7 +23,7 @@ from typing import Callable
 from ...errors import SimcommError
 from .actions import BACKWARD, FORWARD, Action, Placement, Schedule
 from .dualpipe import dualpipe, dualpipev
-from .timeline import check
+from .timeline import check as check_schedule
 from .zero_bubble import interleaved_zero_bubble, zb_h1, zb_h2, zbv
 
 
@@ -44,15 +44,18 @@ def gpipe(pp: int, microbatches: int) -> Schedule:
 def one_f_one_b(pp: int, microbatches: int) -> Schedule:
     """Megatron's non-interleaved 1F1B: warm-up forwards, steady one-forward-one-backward, cool-down backwards."""
     _check(pp, microbatches)
-    out = []
-    for rank in range(pp):
-        warmup = min(pp - rank - 1, microbatches)
-        acts = [Action(FORWARD, m) for m in range(warmup)]
-        for i in range(microbatches - warmup):
-            acts += [Action(FORWARD, warmup + i), Action(BACKWARD, i)]
-        acts += [Action(BACKWARD, m) for m in range(microbatches - warmup, microbatches)]
-        out.append(acts)
-    return out
+    fwd = [Action(FORWARD, m) for m in range(microbatches)]
+    bwd = [Action(BACKWARD, m) for m in range(microbatches)]
+    return [_one_f_one_b(fwd, bwd, min(pp - rank - 1, microbatches)) for rank in range(pp)]
+
+
+def _one_f_one_b(fwd: list[Action], bwd: list[Action], warmup: int) -> list[Action]:
+    """One rank's 1F1B order of its forwards and backwards (each in order): `warmup` forwards, then one forward
+    and one backward in turn, then the backwards left. The ranks share the actions (they are immutable)."""
+    steady = len(fwd) - warmup
+    pairs = [None] * (2 * steady)
+    pairs[0::2], pairs[1::2] = fwd[warmup:], bwd[:steady]
+    return fwd[:warmup] + pairs + bwd[steady:]
 
 
 def interleaved_order(microbatches: int, chunks: int, group_size: int) -> list[tuple[int, int]]:
@@ -84,20 +87,10 @@ def interleaved_1f1b(pp: int, microbatches: int, chunks: int, group_size: int | 
                            "Megatron-LM requires of the interleaved schedule")
     table = interleaved_order(microbatches, chunks, group_size)
     total = microbatches * chunks
-    out = []
-    for rank in range(pp):
-        if microbatches == pp:
-            warmup = total
-        else:
-            warmup = min(2 * (pp - rank - 1) + (chunks - 1) * group_size, total)
-        fwd = [Action(FORWARD, m, c) for m, c in table]
-        bwd = [Action(BACKWARD, m, chunks - 1 - c) for m, c in table]
-        acts = fwd[:warmup]
-        for i in range(total - warmup):
-            acts += [fwd[warmup + i], bwd[i]]
-        acts += bwd[total - warmup:]
-        out.append(acts)
-    return out
+    fwd = [Action(FORWARD, m, c) for m, c in table]
+    bwd = [Action(BACKWARD, m, chunks - 1 - c) for m, c in table]
+    return [_one_f_one_b(fwd, bwd, total if microbatches == pp else
+                         min(2 * (pp - rank - 1) + (chunks - 1) * group_size, total)) for rank in range(pp)]
 
 
 def looped_bfs(pp: int, microbatches: int, chunks: int = 1) -> Schedule:
@@ -186,15 +179,15 @@ def canonical(name: str) -> str:
 
 
 def schedule(name: str, pp: int, microbatches: int, chunks: int = 1, group_size: int | None = None,
-             checked: bool = False) -> Schedule:
-    """A schedule by name (either form), checked (timeline.check) unless `checked` says the same one already was
-    (the builders are deterministic); SimcommError if the sizes cannot run it."""
+             check: bool = True) -> Schedule:
+    """A schedule by name (either form), checked (timeline.check) unless `check` is False (a caller that checks
+    it itself); SimcommError if the sizes cannot run it."""
     spec = SCHEDULES[canonical(name)]
     _check(pp, microbatches, chunks)
     _fits(spec, pp, microbatches, chunks)
     sched = spec.build(pp, microbatches, chunks, group_size)
-    if not checked:
-        check(sched, spec.placement(pp, chunks))
+    if check:
+        check_schedule(sched, spec.placement(pp, chunks))
     return sched
 
 

@@ -167,11 +167,11 @@ class StageTiming:
                 self._post(*ahead)
             sends, deferred = deferred, []
             if to is not None and to[0] == self.rank:  # the V's turn: handed to the other chunk on this GPU
-                slot = self.p.arrival(("F" if forward else "B", a.microbatch, *to))
+                slot = self.p.arrival(plan.arrivals[i])
                 slot[1] = self.env.now
                 slot[0].succeed()
             elif to is not None:
-                sends.append((("F" if forward else "B", a.microbatch, *to), tags))
+                sends.append((plan.arrivals[i], tags))
             if defers and forward and i + 1 < len(actions) and actions[i + 1].phase != FORWARD or together:
                 deferred, sends = sends, []  # a steady iteration's (a pair's) exchange follows its backward
             yield from self._exchange(sends)
@@ -299,6 +299,7 @@ class RankPlan(NamedTuple):
     actions: list  # in order, an overlapped pair as its forward then its backward
     receives: list  # per action: the arrival it waits for, (F | B, micro-batch, this rank, its chunk), or None
     outputs: list  # per action: the (rank, chunk) its output goes to, or None (a weight pass; past either end)
+    arrivals: list  # per action: the arrival its output makes there, (F | B, micro-batch, rank, chunk), or None
     posts: list  # per action: (when, the arrival keys whose receives it posts then), as posted_with says
     megatron: bool  # Megatron-LM's p2p (MEGATRON_P2P_SCHEDULES)
     interleaved: bool  # Megatron's interleaved p2p: every exchange batched
@@ -326,12 +327,13 @@ def _make_plan(layout, r: int, overlap: bool) -> RankPlan:
     placement, chunks = layout.placement, layout.chunks
     prev = [placement.prev(r, c) for c in range(chunks)]
     nxt = [placement.next(r, c) for c in range(chunks)]
-    receives, outputs = [], []
+    receives, outputs, arrivals = [], [], []
     for a in actions:
         forward = a.phase == FORWARD
         source = prev[a.chunk] if forward else nxt[a.chunk] if a.phase in INPUT_GRADIENT else None
         receives.append(None if source is None else ("F" if forward else "B", a.microbatch, r, a.chunk))
         outputs.append(nxt[a.chunk] if forward else prev[a.chunk] if a.phase in INPUT_GRADIENT else None)
+        arrivals.append(None if outputs[-1] is None else ("F" if forward else "B", a.microbatch, *outputs[-1]))
     megatron = layout.schedule_name in MEGATRON_P2P_SCHEDULES
     interleaved = chunks > 1 and megatron
     posts = []
@@ -340,7 +342,7 @@ def _make_plan(layout, r: int, overlap: bool) -> RankPlan:
         posts.append((when, [k for k in (receives[j] for j in ahead) if k is not None]))
     lead = next((i for i, a in enumerate(actions) if a.phase != FORWARD), len(actions))
     steady = lead < sum(a.phase == FORWARD for a in actions)  # else every forward is a warm-up one
-    return RankPlan(actions, receives, outputs, posts, megatron, interleaved, steady)
+    return RankPlan(actions, receives, outputs, arrivals, posts, megatron, interleaved, steady)
 
 
 def posted_with(actions, i: int, interleaved: bool, overlap: bool) -> tuple[str, list]:
