@@ -48,6 +48,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from ..engine.sim import fewer_collections
 from ..errors import OutOfMemoryError, SimcommError
 from ..session import Session
 from ..workers import RayPool
@@ -497,8 +498,16 @@ class PlanResult:
         return sum(r.get("bound_kind") in ("schedule", "interference") for r in self.rows)
 
 
+def _gently(fn, x):
+    """fn(x) with the garbage collector started as seldom as in a simulation (engine.sim.fewer_collections): a
+    plan's workers make and drop layouts, schedules and passes by the hundred thousand."""
+    with fewer_collections():
+        return fn(x)
+
+
 def _map(pool, fn, items, progress, done, total):
     results = []
+    fn = functools.partial(_gently, fn)
     if pool is None:
         for x in items:
             results.append(fn(x))
