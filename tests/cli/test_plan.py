@@ -36,6 +36,7 @@ def test_plan_json_lists_every_layout(tmp_path, capsys):
     kinds = [r["bound_kind"] for r in doc["rows"] if r.get("fits")]
     assert len(kinds) == doc["fit_in_memory"]
     assert kinds.count("schedule") + kinds.count("interference") == doc["schedule_bounds"] >= 1
+    assert kinds.count("passes") == doc["passes_bounds"]
 
 
 def test_plan_errors(tmp_path, capsys):

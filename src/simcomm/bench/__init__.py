@@ -253,7 +253,8 @@ def bench_plan(case: str, jobs: int = 2) -> dict:
     res = plan(model_preset(model), TrainingConfig(**settings), cluster, jobs=jobs)
     best = next(r for r in res.rows if "step_time" in r)
     return {"ranks": cluster.num_ranks, "layouts": res.enumerated, "fit": len(res.feasible),
-            "schedule_bounds": res.schedule_bounds, "simulated": res.simulated, "proven": res.proven,
+            "passes_bounds": res.passes_bounds, "schedule_bounds": res.schedule_bounds, "simulated": res.simulated,
+            "proven": res.proven,
             "best": best["layout"], "sim_seconds": best["step_time"]}
 
 

@@ -90,7 +90,8 @@ def cmd_plan(args) -> int:
     summary = {"scenario": loaded.name, "model": model.name, "gpus": base.world_size or cluster.num_ranks,
                "cluster": cluster.name, "framework": args.framework, "own": result.own,
                "global_batch_size": base.global_batch_size, "enumerated": result.enumerated, "valid": len(valid),
-               "fit_in_memory": len(fits), "schedule_bounds": result.schedule_bounds, "simulated": result.simulated,
+               "fit_in_memory": len(fits), "passes_bounds": result.passes_bounds,
+               "schedule_bounds": result.schedule_bounds, "simulated": result.simulated,
                "best_is_proven": result.proven}
     if args.plot:
         from ..report.training_plots import plot_plan
@@ -103,7 +104,8 @@ def cmd_plan(args) -> int:
     head = (f"plan for {model.name or 'the model'} on {base.world_size or cluster.num_ranks} GPUs ({cluster.name}), "
             f"global batch "
             f"{base.global_batch_size} x {model.seq_length} tokens: {result.enumerated} layouts tried, "
-            f"{len(valid)} valid, {len(fits)} fit in memory, {result.schedule_bounds} bounded by their schedule, "
+            f"{len(valid)} valid, {len(fits)} fit in memory, {result.passes_bounds} bounded by their real passes and "
+            f"{result.schedule_bounds} by their schedule, "
             f"{result.simulated} simulated in full; "
             + ("the best is proven best (every other layout's lower bound is above it)" if result.proven else
                "raise --max-simulate to prove the best"))

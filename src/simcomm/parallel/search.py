@@ -494,8 +494,13 @@ class PlanResult:
 
     @property
     def schedule_bounds(self) -> int:
-        """Layouts whose schedule bound was computed (the others that fit have a compute bound)."""
+        """Layouts whose schedule bound was computed (the others that fit have a compute or a passes bound)."""
         return sum(r.get("bound_kind") in ("schedule", "interference") for r in self.rows)
+
+    @property
+    def passes_bounds(self) -> int:
+        """Layouts whose refinement stopped at their passes bound."""
+        return sum(r.get("bound_kind") == "passes" for r in self.rows)
 
 
 def _gently(fn, x):
