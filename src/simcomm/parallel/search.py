@@ -22,12 +22,11 @@ Passes, all deterministic (the result does not depend on the number of workers):
 3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its passes bound,
    the same critical path with its real passes (layer templates timed on the simulated cluster, their TP and CP
    communication included; cached by what they depend on, as the compute bound's), which holds most of the rise
-   to the next grade at a fraction of its cost; a layout with a passes bound gets its schedule bound,
-   the makespan of its real passes (layer templates timed on the simulated cluster, their TP and CP communication
-   included) walked with the step's point-to-point rules (pipeline_parallel/p2p_timeline.py: blocking sends, the
-   rendezvous, each send at least the quickest stage-to-stage send alone), or, where later, the end of the first
-   or last stage's data-parallel stream, its collectives at their times alone released as those passes issue them
-   (dp_stream.py: the buckets no backward hides), plus the optimizer; a layout with a schedule bound gets its
+   to the next grade at a fraction of its cost; a layout with a passes bound gets its schedule bound, the
+   makespan of those passes walked with the step's point-to-point rules (pipeline_parallel/p2p_timeline.py:
+   blocking sends, the rendezvous, each send at least the quickest stage-to-stage send alone), or, where later,
+   the end of the first or last stage's data-parallel stream, its collectives at their times alone released as
+   those passes issue them (dp_stream.py: the buckets no backward hides), plus the optimizer; a layout with a schedule bound gets its
    interference bound where that is higher, each rank's passes slowed by the least the data-parallel communication
    beside them can slow them (interference_bound.py), plus the optimizer; a layout with an interference bound is
    simulated in full (StepModel). Each bound is below the next and the step (a pass takes at least its kernels'
