@@ -26,10 +26,10 @@ Passes, all deterministic (the result does not depend on the number of workers):
    makespan of those passes walked with the step's point-to-point rules (pipeline_parallel/p2p_timeline.py:
    blocking sends, the rendezvous, each send at least the quickest stage-to-stage send alone), or, where later,
    the end of the first or last stage's data-parallel stream, its collectives at their times alone released as
-   those passes issue them (dp_stream.py: the buckets no backward hides), plus the optimizer; a layout with a schedule bound gets its
-   interference bound where that is higher, each rank's passes slowed by the least the data-parallel communication
-   beside them can slow them (interference_bound.py), plus the optimizer; a layout with an interference bound is
-   simulated in full (StepModel). Each bound is below the next and the step (a pass takes at least its kernels'
+   those passes issue them (dp_stream.py: the buckets no backward hides), plus the optimizer; a layout with a
+   schedule bound gets its interference bound where that is higher, each rank's passes slowed by the least the
+   data-parallel communication beside them can slow them (interference_bound.py), plus the optimizer; a layout
+   with an interference bound is simulated in full (StepModel). Each bound is below the next and the step (a pass takes at least its kernels'
    time; the step's times only grow with its passes' and transfers'; communication and contention only add), so
    the search stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best
    simulated step: the best is then proven best (`proven`). At most `max_simulate` are simulated; each batch goes
