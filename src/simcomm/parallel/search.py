@@ -19,21 +19,21 @@ Passes, all deterministic (the result does not depend on the number of workers):
    step time: the schedule's critical path with compute-only passes (the kernels' seconds, no communication),
    max over ranks r of (the first forward and last backward of ranks < r) + (rank r's own passes), plus the
    optimizer. Arithmetic only: no simulation.
-3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its passes bound,
-   the same critical path with its real passes (layer templates timed on the simulated cluster, their TP and CP
-   communication included; cached by what they depend on, as the compute bound's), which holds most of the rise
-   to the next grade at a fraction of its cost; a layout with a passes bound gets its schedule bound, the
-   makespan of those passes walked with the step's point-to-point rules (pipeline_parallel/p2p_timeline.py:
-   blocking sends, the rendezvous, each send at least the quickest stage-to-stage send alone), or, where later,
-   the end of the first or last stage's data-parallel stream, its collectives at their times alone released as
-   those passes issue them (dp_stream.py: the buckets no backward hides), plus the optimizer; a layout with a
-   schedule bound gets its interference bound where that is higher, each rank's passes slowed by the least the
-   data-parallel communication beside them can slow them (interference_bound.py), plus the optimizer; a layout
-   with an interference bound is simulated in full (StepModel). Each bound is below the next and the step (a pass takes at least its kernels'
-   time; the step's times only grow with its passes' and transfers'; communication and contention only add), so
-   the search stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best
-   simulated step: the best is then proven best (`proven`). At most `max_simulate` are simulated; each batch goes
-   to the workers most passes first.
+3. best first, by the lowest lower bound not yet examined: a layout with a compute bound gets its passes bound, the
+   same critical path with its real passes (layer templates timed on the simulated cluster, their TP and CP
+   communication included; cached by what they depend on, as the compute bound's), which holds most of the rise to
+   the next grade at a fraction of its cost; a layout with a passes bound gets its schedule bound, the makespan of
+   those passes walked with the step's point-to-point rules (pipeline_parallel/p2p_timeline.py: blocking sends, the
+   rendezvous, each send at least the quickest stage-to-stage send alone), or, where later, the end of the first or
+   last stage's data-parallel stream, its collectives at their times alone released as those passes issue them
+   (dp_stream.py: the buckets no backward hides), plus the optimizer; a layout with a schedule bound gets its
+   interference bound where that is higher, each rank's passes slowed by the least the data-parallel communication
+   beside them can slow them (interference_bound.py), plus the optimizer; a layout with an interference bound is
+   simulated in full (StepModel). Each bound is below the next and the step (a pass takes at least its kernels' time;
+   the step's times only grow with its passes' and transfers'; communication and contention only add), so the search
+   stops when at least `simulate_at_least` layouts are simulated and no bound left is below the best simulated step:
+   the best is then proven best (`proven`). At most `max_simulate` are simulated; each batch goes to the workers most
+   passes first.
 4. on request, the scenario's own layout (the base config as given) evaluated and ranked among them, and the best
    simulated rows simulated again with interference off (how much their ranking rests on overlap).
 Workers (local processes, or Ray's: workers.RayPool) keep their layer templates and the cluster between layouts.
