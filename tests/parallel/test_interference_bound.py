@@ -14,6 +14,7 @@ from simcomm.parallel import TrainingConfig, build_layout, model_preset
 from simcomm.parallel import search
 from simcomm.parallel.dp_stream import stream_bound
 from simcomm.parallel.interference_bound import _extra, interference_bound
+from simcomm.parallel.pipeline_parallel.actions import has_pairs
 from simcomm.parallel.pipeline_parallel.pair_timing import timed_schedule
 from simcomm.parallel.pipeline_parallel.timeline import makespan, timeline
 from simcomm.parallel.step_cost import StepModel, optimizer_seconds
@@ -62,7 +63,7 @@ def test_the_bounds_never_exceed_the_simulated_step(layout):
     b = _bounds(layout)
     step = b.sim.run().step_time
     assert b.span <= b.p2p <= step and b.ready <= step and b.slowed <= step, layout.describe()
-    if not search._has_pairs(layout):
+    if not has_pairs(layout.schedule):
         assert b.passes <= b.span * (1 + 1e-9), layout.describe()
 
 

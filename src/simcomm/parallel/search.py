@@ -59,7 +59,7 @@ from .interference_bound import interference_bound, loss_all_reduce
 from .layer_timing import PROGRAMS, Template, TemplateCache
 from .layout import build_layout
 from .model.memory import stage_memory
-from .pipeline_parallel.actions import Overlap, computations
+from .pipeline_parallel.actions import Overlap, computations, has_pairs
 from .pipeline_parallel.p2p_timeline import p2p_timeline
 from .pipeline_parallel.pair_timing import timed_schedule
 from .pipeline_parallel.schedules import SCHEDULES
@@ -334,16 +334,12 @@ def passes_bound(c: Candidate) -> dict:
     schedule bound instead. Arithmetic on the schedule's order, as the screening's: its layout is built as
     the screening's."""
     layout = _layout(c, check_schedule=False)
-    if _has_pairs(layout):
+    if has_pairs(layout.schedule):
         return bound(c)
     sim = StepModel(layout, _STATE["cluster"], templates=_STATE["templates"], check_memory=False)
     optimizer = max(optimizer_seconds(layout, r, sim.cm) for r in range(layout.dims.pp))
     return {"bound": compute_bound(layout, _pass_seconds(sim, real=True), optimizer) * (1 - 1e-9),
             "bound_kind": "passes"}
-
-
-def _has_pairs(layout) -> bool:
-    return any(isinstance(a, Overlap) for acts in layout.schedule for a in acts)
 
 
 def bound(c: Candidate) -> dict:
@@ -365,7 +361,7 @@ def pipeline_bound(layout, passes: dict, comm: float) -> list[list[tuple[float, 
     cluster, cache = _STATE["cluster"], _STATE["collectives"]
     sched, duration = timed_schedule(layout, passes)
     loss = functools.cache(lambda r: loss_all_reduce(layout, cluster, cache, r))  # asked after every last forward
-    if not _has_pairs(layout):  # p2p_timeline walks it
+    if not has_pairs(layout.schedule):  # p2p_timeline walks it
         return _p2p_spans(layout, passes, comm, loss, duration)
     times = timeline(sched, duration, comm=comm, placement=layout.placement)
     return [[(t.start, t.end) for t in mine for _x in (t.action.parts if isinstance(t.action, Overlap) else

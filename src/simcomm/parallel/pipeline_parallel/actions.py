@@ -70,6 +70,11 @@ def computations(acts: Iterable[Action | Overlap]) -> Iterator[Action]:
             yield a
 
 
+def has_pairs(sched: Schedule) -> bool:
+    """Whether any rank's actions hold an overlapped pair (DualPipe's): their passes run at the pair's times."""
+    return any(isinstance(a, Overlap) for acts in sched for a in acts)
+
+
 @dataclass(frozen=True)
 class Placement:
     """Which model stage each (pipeline rank, chunk) holds; see the module docstring."""
@@ -120,4 +125,5 @@ class Placement:
 
 
 __all__ = ["BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT", "FORWARD", "INPUT_GRADIENT", "OVERLAPPED", "PHASE_NAMES",
-           "WEIGHT_GRADIENT", "Action", "Overlap", "Placement", "Schedule", "computations"]
+           "WEIGHT_GRADIENT", "Action", "Overlap", "Placement", "Schedule", "computations",
+           "has_pairs"]

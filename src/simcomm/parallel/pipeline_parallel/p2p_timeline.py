@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...errors import SimcommError
-from .actions import FORWARD, Overlap
+from .actions import FORWARD, has_pairs
 from .timing import rank_plan
 
 
@@ -26,7 +26,7 @@ def p2p_timeline(layout, duration: Callable, comm: float, loss: Callable[[int], 
     """Per rank, (start, end) of each of its actions in order (module docstring): duration(rank, action) of a pass,
     `comm` seconds a send takes, loss(rank) seconds of the loss all-reduce after a forward that ends the model
     (None: none). None for a schedule with overlapped pairs."""
-    if any(isinstance(a, Overlap) for acts in layout.schedule for a in acts):
+    if has_pairs(layout.schedule):
         return None
     walk = _Walk(layout, duration, comm, loss)
     ranks = [walk.rank(r) for r in range(layout.dims.pp)]
@@ -64,8 +64,10 @@ class _Walk:
         posted, arrived, out, comm, rendezvous = self.posted, self.arrived, self.out[r], self.comm, self.rendezvous
         ends = any(a.phase == FORWARD and to is None for a, to in zip(actions, outputs))  # a forward ends the model
         loss = self.loss(r) if ends and self.loss is not None else 0.0  # the loss all-reduce after each such forward
-        if not plan.megatron:
-            self._post(0.0, *(k for k in receives if k is not None))
+        if not plan.megatron:  # every receive posted at the start
+            for k in receives:
+                if k is not None:
+                    posted.setdefault(k, 0.0)
         now, deferred = 0.0, []
         for i, a in enumerate(actions):
             key = receives[i]
@@ -101,10 +103,6 @@ class _Walk:
                 through = max(through, arrived[k])
             if not self.overlap:
                 now = through
-
-    def _post(self, now: float, *keys) -> None:
-        for k in keys:
-            self.posted.setdefault(k, now)
 
 
 __all__ = ["p2p_timeline"]
